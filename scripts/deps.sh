@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs what the tests need from Debian when it is missing: the real etcd 3.4 server and Go
+# etcdctl (the compatibility oracle). Safe to run again; does nothing when all is present.
+set -euo pipefail
+missing=()
+command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "deps.sh: installing ${missing[*]} from Debian" >&2
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+# Debian's package may start a system etcd; our tests pick free ports, so it does not matter.
+etcd --version | head -1 >&2

@@ -1,0 +1,146 @@
+// Test support shared by the integration tests: free ports, and a real etcd 3.4 (Debian's
+// etcd-server, installed by scripts/deps.sh) started in a temp dir as the compatibility oracle.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// A port that was free a moment ago on 127.0.0.1 (the OS picks it).
+pub fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    l.local_addr().expect("local addr").port()
+}
+
+/// A real etcd server process on free loopback ports; killed when dropped.
+pub struct RealEtcd {
+    pub child: Option<Child>,
+    pub data_dir: PathBuf,
+    pub client_url: String,
+    pub peer_url: String,
+    pub name: String,
+}
+
+fn require(bin: &str) {
+    let ok = Command::new(bin)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    assert!(ok, "`{bin}` (the real etcd 3.4) is missing: run scripts/deps.sh, which installs Debian's etcd-server and etcd-client");
+}
+
+impl RealEtcd {
+    /// Starts `etcd` with a single member named `name` over `data_dir`, and waits until it serves.
+    pub fn start(data_dir: &Path, name: &str) -> RealEtcd {
+        Self::start_with(data_dir, name, &[])
+    }
+
+    pub fn start_with(data_dir: &Path, name: &str, extra: &[&str]) -> RealEtcd {
+        require("etcd");
+        let client_url = format!("http://127.0.0.1:{}", free_port());
+        let peer_url = format!("http://127.0.0.1:{}", free_port());
+        let log = std::fs::File::create(data_dir.with_extension("log")).expect("create etcd log file");
+        let mut cmd = Command::new("etcd");
+        cmd.arg("--name")
+            .arg(name)
+            .arg("--data-dir")
+            .arg(data_dir)
+            .arg("--listen-client-urls")
+            .arg(&client_url)
+            .arg("--advertise-client-urls")
+            .arg(&client_url)
+            .arg("--listen-peer-urls")
+            .arg(&peer_url)
+            .arg("--initial-advertise-peer-urls")
+            .arg(&peer_url)
+            .arg("--initial-cluster")
+            .arg(format!("{name}={peer_url}"))
+            .args(extra)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .stdout(Stdio::null())
+            .stderr(log);
+        let child = cmd.spawn().expect("spawn etcd");
+        let mut e = RealEtcd {
+            child: Some(child),
+            data_dir: data_dir.to_path_buf(),
+            client_url,
+            peer_url,
+            name: name.to_string(),
+        };
+        e.wait_ready();
+        e
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let out = self.etcdctl(&["endpoint", "health"]);
+            if out.status.success() {
+                return;
+            }
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                panic!(
+                    "real etcd exited early ({status}); log: {}",
+                    self.data_dir.with_extension("log").display()
+                );
+            }
+            assert!(Instant::now() < deadline, "real etcd did not become healthy in 30s");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Runs the real Go etcdctl (API v3) against this server.
+    pub fn etcdctl(&self, args: &[&str]) -> Output {
+        require("etcdctl");
+        Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg("--endpoints")
+            .arg(&self.client_url)
+            .args(args)
+            .output()
+            .expect("run etcdctl")
+    }
+
+    /// Runs etcdctl and returns stdout, failing the test with stderr when it fails.
+    pub fn etcdctl_ok(&self, args: &[&str]) -> String {
+        let out = self.etcdctl(args);
+        assert!(
+            out.status.success(),
+            "etcdctl {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Stops the server cleanly (SIGTERM) and waits for it.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // Safety: signalling our own child process by its pid.
+            unsafe {
+                libc::kill(child.id() as i32, libc::SIGTERM);
+            }
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills the server with SIGKILL, as a crash would.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for RealEtcd {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}

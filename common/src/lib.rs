@@ -5,3 +5,5 @@
 // so data dirs and snapshots move between etcd and us in both directions.
 
 pub mod fileutil;
+pub mod snap;
+pub mod wal;

@@ -296,7 +296,7 @@ mod tests {
             for _ in 0..40 {
                 rev += 1 + (next() % 3) as i64;
                 match next() % 5 {
-                    0 | 1 | 2 => {
+                    0..=2 => {
                         k.put(r(rev));
                         events.push((rev, true));
                     }

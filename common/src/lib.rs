@@ -6,3 +6,5 @@
 
 pub mod backend;
 pub mod fileutil;
+pub mod snap;
+pub mod wal;

@@ -23,14 +23,22 @@ pub struct RealEtcd {
 }
 
 fn require(bin: &str) {
+    let probe = if bin == "etcdctl" {
+        "version"
+    } else {
+        "--version"
+    };
     let ok = Command::new(bin)
-        .arg("--version")
+        .arg(probe)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
         .map(|s| s.success())
         .unwrap_or(false);
-    assert!(ok, "`{bin}` (the real etcd 3.4) is missing: run scripts/deps.sh, which installs Debian's etcd-server and etcd-client");
+    assert!(
+        ok,
+        "`{bin}` (the real etcd 3.4) is missing: run scripts/deps.sh, which installs Debian's etcd-server and etcd-client"
+    );
 }
 
 impl RealEtcd {
@@ -43,7 +51,8 @@ impl RealEtcd {
         require("etcd");
         let client_url = format!("http://127.0.0.1:{}", free_port());
         let peer_url = format!("http://127.0.0.1:{}", free_port());
-        let log = std::fs::File::create(data_dir.with_extension("log")).expect("create etcd log file");
+        let log =
+            std::fs::File::create(data_dir.with_extension("log")).expect("create etcd log file");
         let mut cmd = Command::new("etcd");
         cmd.arg("--name")
             .arg(name)
@@ -91,7 +100,10 @@ impl RealEtcd {
                     self.data_dir.with_extension("log").display()
                 );
             }
-            assert!(Instant::now() < deadline, "real etcd did not become healthy in 30s");
+            assert!(
+                Instant::now() < deadline,
+                "real etcd did not become healthy in 30s"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }

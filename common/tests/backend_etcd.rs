@@ -16,7 +16,9 @@ fn etcdctl_offline(args: &[&str]) -> String {
         .env("ETCDCTL_API", "3")
         .args(args)
         .output()
-        .unwrap_or_else(|e| panic!("`etcdctl` (the real etcd 3.4 client) is missing: run scripts/deps.sh ({e})"));
+        .unwrap_or_else(|e| {
+            panic!("`etcdctl` (the real etcd 3.4 client) is missing: run scripts/deps.sh ({e})")
+        });
     assert!(
         out.status.success(),
         "etcdctl {args:?} failed: {}",
@@ -29,12 +31,21 @@ fn etcdctl_offline(args: &[&str]) -> String {
 fn snapshot_status(file: &Path) -> (u64, i64, u64, u64) {
     let s = etcdctl_offline(&["snapshot", "status", file.to_str().unwrap(), "-w", "json"]);
     let field = |name: &str| -> i64 {
-        let at = s.find(&format!("\"{name}\":")).unwrap_or_else(|| panic!("no {name} in {s}"));
+        let at = s
+            .find(&format!("\"{name}\":"))
+            .unwrap_or_else(|| panic!("no {name} in {s}"));
         let rest = &s[at + name.len() + 3..];
-        let end = rest.find(|c: char| !(c.is_ascii_digit() || c == '-')).unwrap_or(rest.len());
+        let end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '-'))
+            .unwrap_or(rest.len());
         rest[..end].parse().unwrap()
     };
-    (field("hash") as u64, field("revision"), field("totalKey") as u64, field("totalSize") as u64)
+    (
+        field("hash") as u64,
+        field("revision"),
+        field("totalKey") as u64,
+        field("totalSize") as u64,
+    )
 }
 
 fn rev_key(main: u64, sub: u64) -> Vec<u8> {
@@ -73,21 +84,29 @@ fn real_etcd_db_reads_in_every_bucket() {
     let tx = db.begin_read();
     let names = tx.bucket_names().unwrap();
     for b in buckets::ALL {
-        assert!(names.iter().any(|n| n == b), "bucket {:?} missing from {names:?}", String::from_utf8_lossy(b));
+        assert!(
+            names.iter().any(|n| n == b),
+            "bucket {:?} missing from {names:?}",
+            String::from_utf8_lossy(b)
+        );
     }
     // key: every entry is a revision key with a KeyValue; the history is all there.
     let mut latest = std::collections::BTreeMap::new();
     let mut tombstones = 0;
     tx.for_each(buckets::KEY, &mut |k, v| {
-        assert!(k.len() == 17 || (k.len() == 18 && k[17] == b't'), "revision key {k:?}");
+        assert!(
+            k.len() == 17 || (k.len() == 18 && k[17] == b't'),
+            "revision key {k:?}"
+        );
         assert_eq!(k[8], b'_');
         let kv = proto::mvccpb::KeyValue::decode(v).unwrap();
         let main = u64::from_be_bytes(k[..8].try_into().unwrap());
-        assert_eq!(kv.mod_revision as u64, main);
         if k.len() == 18 {
+            // A tombstone's value holds only the key.
             tombstones += 1;
             latest.remove(&kv.key);
         } else {
+            assert_eq!(kv.mod_revision as u64, main);
             latest.insert(kv.key.clone(), kv);
         }
         Ok(())
@@ -98,13 +117,20 @@ fn real_etcd_db_reads_in_every_bucket() {
     assert_eq!(latest[&b"foo".to_vec()].version, 2);
     assert_eq!(latest[&b"leased".to_vec()].lease, lease_id);
     assert_eq!(latest[&b"big".to_vec()].value.len(), 100_000);
-    assert_eq!(latest.keys().filter(|k| k.starts_with(b"many/")).count(), 300);
+    assert_eq!(
+        latest.keys().filter(|k| k.starts_with(b"many/")).count(),
+        300
+    );
     assert!(!latest.contains_key(&b"gone".to_vec()));
     // lease, auth, meta, members.
-    let l = tx.get(buckets::LEASE, &(lease_id as u64).to_be_bytes()).unwrap().unwrap();
+    let l = tx
+        .get(buckets::LEASE, &(lease_id as u64).to_be_bytes())
+        .unwrap()
+        .unwrap();
     let l = proto::leasepb::Lease::decode(l).unwrap();
     assert_eq!((l.id, l.ttl), (lease_id, 600));
-    let u = proto::authpb::User::decode(tx.get(buckets::AUTH_USERS, b"root").unwrap().unwrap()).unwrap();
+    let u = proto::authpb::User::decode(tx.get(buckets::AUTH_USERS, b"root").unwrap().unwrap())
+        .unwrap();
     assert_eq!(u.name, b"root");
     assert!(tx.get(buckets::AUTH_ROLES, b"reader").unwrap().is_some());
     let ci = tx.get(buckets::META, b"consistent_index").unwrap().unwrap();
@@ -118,10 +144,22 @@ fn real_etcd_db_reads_in_every_bucket() {
     let (hash, rev, total_keys, _) = snapshot_status(&snap);
     let sdb = Db::open_read_only(&snap).unwrap();
     sdb.check().unwrap();
-    assert_eq!(sdb.hash(&[]).unwrap() as u64, hash, "hash of etcd's snapshot differs from etcd's");
+    assert_eq!(
+        sdb.hash(&[]).unwrap() as u64,
+        hash,
+        "hash of etcd's snapshot differs from etcd's"
+    );
     let st = sdb.stats().unwrap();
     assert_eq!(st.buckets.iter().map(|b| b.keys).sum::<u64>(), total_keys);
-    let last_rev = sdb.begin_read().cursor(buckets::KEY).unwrap().last().unwrap().unwrap().0[..8].to_vec();
+    let last_rev = sdb
+        .begin_read()
+        .cursor(buckets::KEY)
+        .unwrap()
+        .last()
+        .unwrap()
+        .unwrap()
+        .0[..8]
+        .to_vec();
     assert_eq!(u64::from_be_bytes(last_rev.try_into().unwrap()) as i64, rev);
 
     // Writing into etcd's file (read-write open rebuilds its unsynced freelist) keeps it valid,
@@ -135,8 +173,16 @@ fn real_etcd_db_reads_in_every_bucket() {
     db.check().unwrap();
     drop(db);
     let etcd = RealEtcd::start(&data, "n1");
-    assert!(etcd.etcdctl_ok(&["get", "foo", "--print-value-only"]).contains("baz"));
-    assert_eq!(etcd.etcdctl_ok(&["get", "many/", "--prefix", "--keys-only"]).split_whitespace().count(), 300);
+    assert!(
+        etcd.etcdctl_ok(&["get", "foo", "--print-value-only"])
+            .contains("baz")
+    );
+    assert_eq!(
+        etcd.etcdctl_ok(&["get", "many/", "--prefix", "--keys-only"])
+            .split_whitespace()
+            .count(),
+        300
+    );
 }
 
 #[test]
@@ -159,9 +205,11 @@ fn our_db_restores_and_serves_in_real_etcd() {
             value: format!("value-{i}-{}", "v".repeat((i % 300) as usize)).into_bytes(),
             lease: 0,
         };
-        tx.put(buckets::KEY, &rev_key(rev, 0), &kv.encode_to_vec()).unwrap();
+        tx.put(buckets::KEY, &rev_key(rev, 0), &kv.encode_to_vec())
+            .unwrap();
     }
-    tx.put(buckets::META, b"consistent_index", &0u64.to_be_bytes()).unwrap();
+    tx.put(buckets::META, b"consistent_index", &0u64.to_be_bytes())
+        .unwrap();
     tx.commit().unwrap();
     // Delete a slice and commit again so the file has freed pages, like a live db.
     let mut tx = db.begin_write().unwrap();
@@ -175,7 +223,11 @@ fn our_db_restores_and_serves_in_real_etcd() {
     db.snapshot_to_file(&snap, true).unwrap();
 
     let (hash, rev, total_keys, total_size) = snapshot_status(&snap);
-    assert_eq!(hash, db.hash(&[]).unwrap() as u64, "etcd computes a different hash of our db");
+    assert_eq!(
+        hash,
+        db.hash(&[]).unwrap() as u64,
+        "etcd computes a different hash of our db"
+    );
     assert_eq!(rev, n as i64 + 1);
     assert_eq!(total_keys, kept + 1);
     assert_eq!(total_size, std::fs::metadata(&snap).unwrap().len() - 32);
@@ -196,16 +248,32 @@ fn our_db_restores_and_serves_in_real_etcd() {
         &peer,
     ]);
     let mut etcd = RealEtcd::start(&restored, "n1");
-    assert_eq!(etcd.etcdctl_ok(&["get", "k00001", "--print-value-only"]).trim(), "value-1-v");
+    assert_eq!(
+        etcd.etcdctl_ok(&["get", "k00001", "--print-value-only"])
+            .trim(),
+        "value-1-v"
+    );
     let keys = etcd.etcdctl_ok(&["get", "k", "--prefix", "--keys-only"]);
     assert_eq!(keys.split_whitespace().count() as u64, kept);
     assert!(etcd.etcdctl_ok(&["get", "k00600"]).trim().is_empty());
     etcd.etcdctl_ok(&["put", "after", "restore"]);
     let out = etcd.etcdctl_ok(&["get", "after", "-w", "json"]);
-    assert!(out.contains(&format!("\"mod_revision\":{}", n + 2)), "{out}");
+    assert!(
+        out.contains(&format!("\"mod_revision\":{}", n + 2)),
+        "{out}"
+    );
     etcd.stop();
     // And etcd's rewritten db reads back in ours.
     let back = Db::open_read_only(restored.join("member/snap/db")).unwrap();
     back.check().unwrap();
-    assert_eq!(back.stats().unwrap().buckets.iter().find(|b| b.name == buckets::KEY).unwrap().keys, kept + 1);
+    assert_eq!(
+        back.stats()
+            .unwrap()
+            .buckets
+            .iter()
+            .find(|b| b.name == buckets::KEY)
+            .unwrap()
+            .keys,
+        kept + 1
+    );
 }

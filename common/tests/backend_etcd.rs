@@ -121,7 +121,7 @@ fn real_etcd_db_reads_in_every_bucket() {
         latest.keys().filter(|k| k.starts_with(b"many/")).count(),
         300
     );
-    assert!(!latest.contains_key(&b"gone".to_vec()));
+    assert!(!latest.contains_key(b"gone".as_slice()));
     // lease, auth, meta, members.
     let l = tx
         .get(buckets::LEASE, &(lease_id as u64).to_be_bytes())

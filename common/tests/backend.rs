@@ -228,6 +228,32 @@ fn readers_see_consistent_states_during_1000_commits() {
             reads
         }));
     }
+    // A long-lived reader: pages it can see must not be reused while commits go on.
+    let long = {
+        let db = db.clone();
+        let done = done.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            let tx = db.begin_read();
+            let dump = |tx: &common::backend::ReadTx| {
+                let mut m = BTreeMap::new();
+                tx.for_each(b"b", &mut |k, v| {
+                    m.insert(k.to_vec(), v.to_vec());
+                    Ok(())
+                })
+                .unwrap();
+                m
+            };
+            let first = dump(&tx);
+            while !done.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            assert!(
+                dump(&tx) == first,
+                "a long-lived reader saw its pages change"
+            );
+        })
+    };
     let mut rng = Rng(3);
     for i in 1..=1000u64 {
         let mut tx = db.begin_write().unwrap();
@@ -247,6 +273,7 @@ fn readers_see_consistent_states_during_1000_commits() {
         tx.commit().unwrap();
     }
     done.store(true, Ordering::Relaxed);
+    long.join().unwrap();
     for r in readers {
         assert!(r.join().unwrap() >= 5);
     }

@@ -33,8 +33,8 @@ fn value(rng: &mut Rng) -> Vec<u8> {
     (0..len).map(|i| b.wrapping_add(i as u8)).collect()
 }
 
-fn key(rng: &mut Rng) -> Vec<u8> {
-    let n = rng.below(3000);
+fn key(rng: &mut Rng, space: u64) -> Vec<u8> {
+    let n = rng.below(space);
     match rng.below(10) {
         0 => format!("long-{n:06}-{}", "x".repeat(rng.below(600) as usize)).into_bytes(),
         _ => format!("k{n:06}").into_bytes(),
@@ -42,7 +42,7 @@ fn key(rng: &mut Rng) -> Vec<u8> {
 }
 
 /// Compares the whole db (forward and backward, plus seeks) with the model.
-fn verify(tx: &impl ReadTxn, model: &Model, rng: &mut Rng, ctx: &str) {
+fn verify(tx: &impl ReadTxn, model: &Model, rng: &mut Rng, ctx: &str, space: u64) {
     let names = tx.bucket_names().unwrap();
     let want: Vec<&Vec<u8>> = model.keys().collect();
     assert_eq!(
@@ -82,7 +82,7 @@ fn verify(tx: &impl ReadTxn, model: &Model, rng: &mut Rng, ctx: &str) {
             "{ctx}: backward scan"
         );
         for _ in 0..20 {
-            let probe = key(rng);
+            let probe = key(rng, space);
             let exp = m
                 .range(probe.clone()..)
                 .next()
@@ -103,8 +103,8 @@ fn verify(tx: &impl ReadTxn, model: &Model, rng: &mut Rng, ctx: &str) {
             );
         }
         // Range with a limit.
-        let start = key(rng);
-        let end = key(rng);
+        let start = key(rng, space);
+        let end = key(rng, space);
         if start < end {
             let got = tx.range(b, &start, Some(&end), 7).unwrap();
             let exp: Vec<_> = m.range(start.clone()..end.clone()).take(7).collect();
@@ -116,7 +116,7 @@ fn verify(tx: &impl ReadTxn, model: &Model, rng: &mut Rng, ctx: &str) {
     }
 }
 
-fn run_model(seed: u64, ops: usize) {
+fn run_model(seed: u64, ops: usize, space: u64) -> usize {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
     let mut rng = Rng(seed);
@@ -132,8 +132,10 @@ fn run_model(seed: u64, ops: usize) {
         for _ in 0..n {
             done += 1;
             let b = &bucket_names[rng.below(bucket_names.len() as u64) as usize];
+            // Big key spaces keep their buckets longer so the trees grow deep.
+            let bucket_delete = space < 10_000 || rng.below(50) == 0;
             match rng.below(100) {
-                0 => {
+                0 if bucket_delete => {
                     if work.remove(b).is_some() {
                         tx.delete_bucket(b).unwrap();
                     } else {
@@ -154,7 +156,7 @@ fn run_model(seed: u64, ops: usize) {
                         m.keys().nth(i).cloned()
                     }) {
                         Some(k) if rng.below(2) == 0 => k,
-                        _ => key(&mut rng),
+                        _ => key(&mut rng, space),
                     };
                     match work.get_mut(b) {
                         Some(m) => assert_eq!(tx.delete(b, &k).unwrap(), m.remove(&k).is_some()),
@@ -162,7 +164,7 @@ fn run_model(seed: u64, ops: usize) {
                     }
                 }
                 _ => {
-                    let k = key(&mut rng);
+                    let k = key(&mut rng, space);
                     let v = value(&mut rng);
                     match work.get_mut(b) {
                         Some(m) => {
@@ -175,7 +177,7 @@ fn run_model(seed: u64, ops: usize) {
             }
         }
         if rng.below(10) == 0 {
-            verify(&tx, &work, &mut rng, &format!("seed {seed} in-txn"));
+            verify(&tx, &work, &mut rng, &format!("seed {seed} in-txn"), space);
         }
         match rng.below(10) {
             0 => tx.rollback(),
@@ -194,6 +196,7 @@ fn run_model(seed: u64, ops: usize) {
             &committed,
             &mut rng,
             &format!("seed {seed} after {done} ops"),
+            space,
         );
         drop(r);
         db.check()
@@ -206,8 +209,17 @@ fn run_model(seed: u64, ops: usize) {
         &committed,
         &mut rng,
         &format!("seed {seed} final reopen"),
+        space,
     );
     db.check().unwrap();
+    let depth = db
+        .stats()
+        .unwrap()
+        .buckets
+        .iter()
+        .map(|b| b.depth)
+        .max()
+        .unwrap_or(0);
     // Delete everything: the file must not keep sparse trees (rebalance) and stays valid.
     let mut tx = db.begin_write().unwrap();
     for (b, m) in &committed {
@@ -225,16 +237,36 @@ fn run_model(seed: u64, ops: usize) {
             b.depth
         );
     }
+    depth
 }
 
 #[test]
 fn model_random_ops_seed_1() {
-    run_model(1, 12_000);
+    assert!(run_model(1, 12_000, 3000) >= 2);
 }
 
 #[test]
 fn model_random_ops_seed_2() {
-    run_model(0xdead_beef, 12_000);
+    assert!(run_model(0xdead_beef, 12_000, 3000) >= 2);
+}
+
+/// A larger key space: trees three and four levels deep, many splits and merges.
+#[test]
+fn model_random_ops_deep_trees() {
+    let depth = run_model(77, 60_000, 200_000);
+    assert!(depth >= 3, "trees only reached depth {depth}");
+}
+
+/// More seeds on demand: BACKEND_MODEL_SEEDS=200 cargo test -p common --test backend_model.
+#[test]
+fn model_random_ops_extra_seeds() {
+    let n: u64 = std::env::var("BACKEND_MODEL_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    for seed in 100..100 + n {
+        run_model(seed, 12_000, if seed % 2 == 0 { 3000 } else { 100_000 });
+    }
 }
 
 /// Records every write and sync; builds the image a power cut at any moment could leave.
@@ -301,7 +333,7 @@ fn power_loss_keeps_last_synced_commit() {
         }
         let m = model.get_mut(&b"b"[..]).unwrap();
         for _ in 0..rng.below(200) + 1 {
-            let k = key(&mut rng);
+            let k = key(&mut rng, 3000);
             if rng.below(3) == 0 {
                 tx.delete(b"b", &k).unwrap();
                 m.remove(&k);
@@ -362,7 +394,7 @@ fn power_loss_keeps_last_synced_commit() {
             .find(|&i| {
                 let mut r = Rng(round);
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    verify(&tx, &states[i], &mut r, "")
+                    verify(&tx, &states[i], &mut r, "", 3000)
                 }))
                 .is_ok()
             });

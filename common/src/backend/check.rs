@@ -94,7 +94,7 @@ impl Walk<'_> {
             prev = Some(k);
             if p.leaf {
                 let (flags, k, v) = p.leaf_elem(i)?;
-                if root_tree {
+                if root_tree || flags & BUCKET_LEAF_FLAG != 0 {
                     if flags & BUCKET_LEAF_FLAG == 0 {
                         continue;
                     }
@@ -115,7 +115,13 @@ impl Walk<'_> {
                         ChildRef::Page(broot)
                     };
                     self.tree(child, &mut bs, false, 0)?;
-                    self.buckets.push(bs);
+                    if root_tree {
+                        self.buckets.push(bs);
+                    } else {
+                        // A nested bucket counts as one key of its parent.
+                        st.keys += 1;
+                        st.key_bytes += k.len() as u64;
+                    }
                 } else {
                     st.keys += 1;
                     st.key_bytes += k.len() as u64;

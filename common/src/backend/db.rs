@@ -210,7 +210,7 @@ fn rebuild_freelist(ctx: Ctx<'_>, meta: &Meta) -> Result<Freelist> {
     let mut used = vec![false; meta.pgid as usize];
     used[0] = true;
     used[1] = true;
-    mark_tree(ctx, meta.root, &mut used, true, 0)?;
+    mark_tree(ctx, meta.root, &mut used, 0)?;
     Ok(Freelist::from_ids(
         used.iter()
             .enumerate()
@@ -219,14 +219,8 @@ fn rebuild_freelist(ctx: Ctx<'_>, meta: &Meta) -> Result<Freelist> {
     ))
 }
 
-/// Marks every page of the tree at `pgid` (and, for the root tree, of each bucket) as used.
-pub(crate) fn mark_tree(
-    ctx: Ctx<'_>,
-    pgid: u64,
-    used: &mut [bool],
-    root_tree: bool,
-    depth: usize,
-) -> Result<()> {
+/// Marks every page of the tree at `pgid`, and of the buckets it holds, as used.
+pub(crate) fn mark_tree(ctx: Ctx<'_>, pgid: u64, used: &mut [bool], depth: usize) -> Result<()> {
     if depth > MAX_DEPTH {
         return Err(corrupt(
             pgid,
@@ -245,7 +239,8 @@ pub(crate) fn mark_tree(
     for i in 0..p.count {
         if p.leaf {
             let (flags, _, v) = p.leaf_elem(i)?;
-            if root_tree && flags & BUCKET_LEAF_FLAG != 0 {
+            // Nested buckets (bbolt allows them at any level) own pages too.
+            if flags & BUCKET_LEAF_FLAG != 0 {
                 if v.len() < 16 {
                     return Err(corrupt(
                         pgid,
@@ -254,7 +249,7 @@ pub(crate) fn mark_tree(
                 }
                 let root = u64_at(v, 0);
                 if root != 0 {
-                    mark_tree(ctx, root, used, false, depth + 1)?;
+                    mark_tree(ctx, root, used, depth + 1)?;
                 }
             }
         } else {
@@ -265,7 +260,7 @@ pub(crate) fn mark_tree(
                     format!("branch element {i} points to meta page {child}"),
                 ));
             }
-            mark_tree(ctx, child, used, root_tree, depth + 1)?;
+            mark_tree(ctx, child, used, depth + 1)?;
         }
     }
     Ok(())
@@ -492,7 +487,7 @@ pub(crate) fn commit(mut tx: WriteTx<'_>) -> Result<()> {
             } = b;
             let Some(mut broot) = broot else {
                 if existed {
-                    node::delete(&mut root, &ctx, &mut freed, &name)?;
+                    node::delete(&mut root, &ctx, &mut freed, &name, BUCKET_LEAF_FLAG)?;
                 }
                 continue;
             };

@@ -1,7 +1,7 @@
 // The B+tree itself: read-only views over mapped pages or in-memory nodes, the ordered cursor,
 // and the copy-on-write write path (materialize, put, delete, rebalance, spill into new pages).
 
-use super::error::{Result, corrupt};
+use super::error::{Error, Result, corrupt, show};
 use super::freelist::Freelist;
 use super::page::{
     BUCKET_LEAF_FLAG, ELEMENT_SIZE, MAX_DEPTH, NodePage, PAGE_HEADER_SIZE, node_size, page_bytes,
@@ -458,6 +458,9 @@ pub fn put(
             Node::Leaf(v) => {
                 match v.binary_search_by(|e| e.key.as_slice().cmp(key)) {
                     Ok(i) => {
+                        if is_bucket(v[i].flags) != is_bucket(flags) {
+                            return Err(Error::IncompatibleValue(show(key)));
+                        }
                         v[i].flags = flags;
                         v[i].value.clear();
                         v[i].value.extend_from_slice(value);
@@ -487,18 +490,23 @@ pub fn put(
     Err(corrupt(0, format!("tree deeper than {MAX_DEPTH} levels")))
 }
 
-/// Removes `key` from the tree under `root`; the caller checked that it exists.
+/// Removes `key` from the tree under `root`; the caller checked that it exists. `flags` must
+/// match the entry's kind (a value and a nested bucket are not interchangeable).
 pub fn delete(
     root: &mut Child,
     ctx: &Ctx<'_>,
     freed: &mut Vec<(u64, u64)>,
     key: &[u8],
+    flags: u32,
 ) -> Result<()> {
     let mut cur = materialize(root, ctx, freed)?;
     for _ in 0..MAX_DEPTH {
         cur = match cur {
             Node::Leaf(v) => {
                 if let Ok(i) = v.binary_search_by(|e| e.key.as_slice().cmp(key)) {
+                    if is_bucket(v[i].flags) != is_bucket(flags) {
+                        return Err(Error::IncompatibleValue(show(key)));
+                    }
                     v.remove(i);
                 }
                 return Ok(());
@@ -532,22 +540,54 @@ pub fn free_tree(
             let bytes = page_bytes(ctx.map, ctx.page_size, ctx.hwm, *pgid)?;
             let p = NodePage::parse(*pgid, bytes)?;
             freed.push((*pgid, (bytes.len() / ctx.page_size) as u64));
-            if !p.leaf {
-                for i in 0..p.count {
+            for i in 0..p.count {
+                if p.leaf {
+                    let (flags, _, v) = p.leaf_elem(i)?;
+                    free_nested(flags, v, *pgid, ctx, freed, depth)?;
+                } else {
                     let (_, child) = p.branch_elem(i)?;
                     free_tree(&Child::Page(child), ctx, freed, depth + 1)?;
                 }
             }
         }
-        Child::Mem(n) => {
-            if let Node::Branch(v) = &**n {
+        Child::Mem(n) => match &**n {
+            Node::Branch(v) => {
                 for e in v {
                     free_tree(&e.child, ctx, freed, depth + 1)?;
                 }
             }
-        }
+            Node::Leaf(v) => {
+                for e in v {
+                    free_nested(e.flags, &e.value, 0, ctx, freed, depth)?;
+                }
+            }
+        },
     }
     Ok(())
+}
+
+/// Frees the pages of a nested bucket (bbolt allows buckets inside buckets; etcd uses none).
+fn free_nested(
+    flags: u32,
+    value: &[u8],
+    at: u64,
+    ctx: &Ctx<'_>,
+    freed: &mut Vec<(u64, u64)>,
+    depth: usize,
+) -> Result<()> {
+    if !is_bucket(flags) {
+        return Ok(());
+    }
+    if value.len() < 16 {
+        return Err(corrupt(
+            at,
+            format!("bucket value of {} bytes", value.len()),
+        ));
+    }
+    match super::page::u64_at(value, 0) {
+        0 => Ok(()),
+        root => free_tree(&Child::Page(root), ctx, freed, depth + 1),
+    }
 }
 
 /// Merges underfilled changed nodes into a sibling so deletes do not leave sparse pages, then

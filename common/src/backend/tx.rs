@@ -346,7 +346,7 @@ impl<'a> WriteTx<'a> {
             hwm: self.meta.pgid,
         };
         match self.buckets.get_mut(bucket).and_then(|b| b.root.as_mut()) {
-            Some(root) => node::delete(root, &ctx, &mut self.freed, key).map(|()| true),
+            Some(root) => node::delete(root, &ctx, &mut self.freed, key, 0).map(|()| true),
             None => Err(Error::BucketNotFound(show(bucket))),
         }
     }

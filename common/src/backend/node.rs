@@ -226,6 +226,53 @@ impl<'t> View<'t> {
     }
 }
 
+/// Asks the CPU to start loading a whole page at once: a binary search over a cold page is
+/// otherwise a chain of dependent cache misses (element, then key, then the next element).
+#[inline]
+fn prefetch_page(ctx: Ctx<'_>, pgid: u64) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let start = (pgid as usize).saturating_mul(ctx.page_size);
+        if let Some(page) = ctx.map.get(start..start + ctx.page_size) {
+            for line in page.chunks(64) {
+                // Safety: a prefetch is only a hint; the pointer is inside the mapped page.
+                unsafe {
+                    std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                        line.as_ptr().cast(),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Point lookup without a cursor: descends from `root` to the leaf that may hold `key`.
+pub fn find<'t>(ctx: Ctx<'t>, root: ChildRef<'t>, key: &[u8]) -> Result<Option<(u32, Entry<'t>)>> {
+    let mut v = ctx.view(root)?;
+    for _ in 0..MAX_DEPTH {
+        if v.is_leaf() || v.len() == 0 {
+            let i = v.lower_bound(key)?;
+            if i < v.len() {
+                let (f, k, val) = v.leaf(i)?;
+                if k == key {
+                    return Ok(Some((f, (k, val))));
+                }
+            }
+            return Ok(None);
+        }
+        let i = v.child_index(key)?;
+        let c = v.child(i)?;
+        if let ChildRef::Page(p) = c {
+            prefetch_page(ctx, p);
+        }
+        v = ctx.view(c)?;
+    }
+    Err(corrupt(
+        v.pgid(),
+        format!("tree deeper than {MAX_DEPTH} levels: a branch points back up the tree"),
+    ))
+}
+
 /// An ordered cursor over one tree. Every step returns `Ok(None)` once past either end.
 pub struct Cursor<'t> {
     ctx: Ctx<'t>,

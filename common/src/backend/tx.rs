@@ -38,11 +38,10 @@ pub trait ReadTxn {
     }
 
     fn get(&self, bucket: &[u8], key: &[u8]) -> Result<Option<&[u8]>> {
-        let mut c = self.cursor(bucket)?;
-        Ok(match c.seek(key)? {
-            Some((k, v)) if k == key => Some(v),
-            _ => None,
-        })
+        let root = self
+            .bucket_root(bucket)?
+            .ok_or_else(|| Error::BucketNotFound(show(bucket)))?;
+        Ok(node::find(self.ctx(), root, key)?.map(|(_, (_, v))| v))
     }
 
     /// Keys in `[start, end)` (or just `start` when `end` is None), at most `limit` of them
@@ -89,15 +88,14 @@ pub trait ReadTxn {
 
 /// Looks `name` up in the root tree of a committed version.
 fn committed_bucket<'t>(ctx: Ctx<'t>, root: u64, name: &[u8]) -> Result<Option<ChildRef<'t>>> {
-    let mut c = Cursor::new(ctx, ChildRef::Page(root));
-    match c.seek_raw(name)? {
-        Some((flags, (k, v))) if k == name => {
+    match node::find(ctx, ChildRef::Page(root), name)? {
+        Some((flags, (_, v))) => {
             if flags & BUCKET_LEAF_FLAG == 0 {
                 return Err(Error::IncompatibleValue(show(name)));
             }
             decode_bucket(root, v).map(Some)
         }
-        _ => Ok(None),
+        None => Ok(None),
     }
 }
 

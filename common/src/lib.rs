@@ -4,6 +4,7 @@
 // Everything here reads and writes files exactly as etcd 3.4/3.5 does (../shared/FORMATS.md),
 // so data dirs and snapshots move between etcd and us in both directions.
 
+pub mod backend;
 pub mod fileutil;
 pub mod snap;
 pub mod wal;

@@ -1,0 +1,352 @@
+// etcd's batching layer: writes go to a pending buffer that readers see at once, and are
+// committed as one write txn every interval or after N ops, or on demand (snapshot, defrag,
+// shutdown).
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::db::Db;
+use super::error::{Error, Result, show};
+use super::tx::ReadTxn;
+
+#[derive(Clone, Copy, Debug)]
+pub struct BatchConfig {
+    /// etcd's --backend-batch-interval.
+    pub interval: Duration,
+    /// etcd's --backend-batch-limit.
+    pub limit: usize,
+}
+
+impl Default for BatchConfig {
+    fn default() -> Self {
+        BatchConfig {
+            interval: Duration::from_millis(100),
+            limit: 10_000,
+        }
+    }
+}
+
+/// One bucket's uncommitted writes: key → Some(value) or None (deleted).
+type BucketWrites = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
+
+/// Uncommitted writes, per bucket.
+#[derive(Default)]
+struct Buffer {
+    created: Vec<Vec<u8>>,
+    keys: BTreeMap<Vec<u8>, BucketWrites>,
+    ops: usize,
+}
+
+#[derive(Default)]
+struct Buffers {
+    pending: Buffer,
+    /// The buffer being committed right now: still visible until the commit is done.
+    committing: Option<Arc<Buffer>>,
+}
+
+struct Inner {
+    db: Db,
+    cfg: BatchConfig,
+    bufs: RwLock<Buffers>,
+    commit_lock: Mutex<()>,
+    stop: Mutex<bool>,
+    wake: Condvar,
+    last_error: Mutex<Option<String>>,
+}
+
+/// The batching backend. Cloning is not offered; share it in an `Arc`.
+pub struct Batch {
+    inner: Arc<Inner>,
+    ticker: Option<JoinHandle<()>>,
+}
+
+fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|e| e.into_inner())
+}
+fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|e| e.into_inner())
+}
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Inner {
+    fn commit(&self) -> Result<()> {
+        let _one = lock(&self.commit_lock);
+        let buf = {
+            let mut b = write(&self.bufs);
+            if b.pending.ops == 0 && b.pending.created.is_empty() {
+                return Ok(());
+            }
+            let buf = Arc::new(std::mem::take(&mut b.pending));
+            b.committing = Some(buf.clone());
+            buf
+        };
+        let res = (|| {
+            let mut tx = self.db.begin_write()?;
+            for name in &buf.created {
+                tx.create_bucket_if_not_exists(name)?;
+            }
+            for (bucket, keys) in &buf.keys {
+                for (k, v) in keys {
+                    match v {
+                        Some(v) => tx.put(bucket, k, v)?,
+                        None => {
+                            tx.delete(bucket, k)?;
+                        }
+                    }
+                }
+            }
+            tx.commit()
+        })();
+        let mut b = write(&self.bufs);
+        if res.is_err() {
+            // Keep the writes: put them back under anything written since.
+            let mut merged = Arc::try_unwrap(buf).unwrap_or_else(|a| Buffer {
+                created: a.created.clone(),
+                keys: a.keys.clone(),
+                ops: a.ops,
+            });
+            let newer = std::mem::take(&mut b.pending);
+            merged.created.extend(newer.created);
+            for (bucket, keys) in newer.keys {
+                merged.keys.entry(bucket).or_default().extend(keys);
+            }
+            merged.ops += newer.ops;
+            b.pending = merged;
+        }
+        b.committing = None;
+        res
+    }
+}
+
+impl Batch {
+    /// Wraps `db`; a background thread commits every `cfg.interval`.
+    pub fn new(db: Db, cfg: BatchConfig) -> Batch {
+        let inner = Arc::new(Inner {
+            db,
+            cfg,
+            bufs: RwLock::new(Buffers::default()),
+            commit_lock: Mutex::new(()),
+            stop: Mutex::new(false),
+            wake: Condvar::new(),
+            last_error: Mutex::new(None),
+        });
+        let t = inner.clone();
+        let ticker = std::thread::Builder::new()
+            .name("backend-batch".into())
+            .spawn(move || {
+                let mut stop = lock(&t.stop);
+                while !*stop {
+                    stop = t
+                        .wake
+                        .wait_timeout(stop, t.cfg.interval)
+                        .map(|r| r.0)
+                        .unwrap_or_else(|e| e.into_inner().0);
+                    if *stop {
+                        break;
+                    }
+                    drop(stop);
+                    if let Err(e) = t.commit() {
+                        tracing::error!(error = %e, "backend batch commit failed");
+                        *lock(&t.last_error) = Some(e.to_string());
+                    }
+                    stop = lock(&t.stop);
+                }
+            })
+            .ok();
+        Batch { inner, ticker }
+    }
+
+    pub fn db(&self) -> &Db {
+        &self.inner.db
+    }
+
+    /// The last background commit error, if any (the writes stay pending and are retried).
+    pub fn last_error(&self) -> Option<String> {
+        lock(&self.inner.last_error).clone()
+    }
+
+    fn after_op(&self, ops: usize) -> Result<()> {
+        if ops >= self.inner.cfg.limit {
+            self.inner.commit()?;
+        }
+        Ok(())
+    }
+
+    pub fn create_bucket(&self, name: &[u8]) -> Result<()> {
+        let mut b = write(&self.inner.bufs);
+        b.pending.created.push(name.to_vec());
+        b.pending.keys.entry(name.to_vec()).or_default();
+        Ok(())
+    }
+
+    pub fn put(&self, bucket: &[u8], key: &[u8], value: &[u8]) -> Result<()> {
+        let ops = {
+            let mut b = write(&self.inner.bufs);
+            b.pending
+                .keys
+                .entry(bucket.to_vec())
+                .or_default()
+                .insert(key.to_vec(), Some(value.to_vec()));
+            b.pending.ops += 1;
+            b.pending.ops
+        };
+        self.after_op(ops)
+    }
+
+    pub fn delete(&self, bucket: &[u8], key: &[u8]) -> Result<()> {
+        let ops = {
+            let mut b = write(&self.inner.bufs);
+            b.pending
+                .keys
+                .entry(bucket.to_vec())
+                .or_default()
+                .insert(key.to_vec(), None);
+            b.pending.ops += 1;
+            b.pending.ops
+        };
+        self.after_op(ops)
+    }
+
+    /// Commits everything pending now (before a snapshot, defrag or shutdown).
+    pub fn force_commit(&self) -> Result<()> {
+        self.inner.commit()
+    }
+
+    fn bucket_known(&self, b: &Buffers, tx: &impl ReadTxn, bucket: &[u8]) -> Result<bool> {
+        Ok(b.pending.keys.contains_key(bucket)
+            || b.committing
+                .as_ref()
+                .is_some_and(|c| c.keys.contains_key(bucket))
+            || tx.bucket_exists(bucket)?)
+    }
+
+    /// Reads `key` including pending writes.
+    pub fn get(&self, bucket: &[u8], key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let b = read(&self.inner.bufs);
+        let tx = self.inner.db.begin_read();
+        for buf in [Some(&b.pending), b.committing.as_deref()]
+            .into_iter()
+            .flatten()
+        {
+            if let Some(v) = buf.keys.get(bucket).and_then(|m| m.get(key)) {
+                return Ok(v.clone());
+            }
+        }
+        if !tx.bucket_exists(bucket)? {
+            return if self.bucket_known(&b, &tx, bucket)? {
+                Ok(None)
+            } else {
+                Err(Error::BucketNotFound(show(bucket)))
+            };
+        }
+        Ok(tx.get(bucket, key)?.map(<[u8]>::to_vec))
+    }
+
+    /// etcd's UnsafeRange over committed data merged with pending writes: keys in
+    /// `[start, end)` (just `start` when `end` is None), at most `limit` (0 = all).
+    pub fn range(
+        &self,
+        bucket: &[u8],
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let Some(end) = end else {
+            return Ok(self
+                .get(bucket, start)?
+                .map(|v| vec![(start.to_vec(), v)])
+                .unwrap_or_default());
+        };
+        let b = read(&self.inner.bufs);
+        let tx = self.inner.db.begin_read();
+        if !self.bucket_known(&b, &tx, bucket)? {
+            return Err(Error::BucketNotFound(show(bucket)));
+        }
+        // Overlay: committing, then pending on top.
+        let mut overlay: BTreeMap<&[u8], Option<&[u8]>> = BTreeMap::new();
+        for buf in [b.committing.as_deref(), Some(&b.pending)]
+            .into_iter()
+            .flatten()
+        {
+            if let Some(m) = buf.keys.get(bucket) {
+                for (k, v) in m.range::<[u8], _>((Bound::Included(start), Bound::Excluded(end))) {
+                    overlay.insert(k, v.as_deref());
+                }
+            }
+        }
+        let mut out = Vec::new();
+        let mut ov = overlay.into_iter().peekable();
+        let mut cur = if tx.bucket_exists(bucket)? {
+            Some(tx.cursor(bucket)?)
+        } else {
+            None
+        };
+        let mut e = match cur.as_mut() {
+            Some(c) => c.seek(start)?,
+            None => None,
+        };
+        let full = |out: &Vec<(Vec<u8>, Vec<u8>)>| limit > 0 && out.len() >= limit;
+        loop {
+            if full(&out) {
+                break;
+            }
+            let committed = e.filter(|(k, _)| *k < end);
+            match (committed, ov.peek().copied()) {
+                (None, None) => break,
+                (Some((k, v)), None) => {
+                    out.push((k.to_vec(), v.to_vec()));
+                    e = cur.as_mut().map(|c| c.next()).transpose()?.flatten();
+                }
+                (None, Some((ok, ovv))) => {
+                    ov.next();
+                    if let Some(v) = ovv {
+                        out.push((ok.to_vec(), v.to_vec()));
+                    }
+                }
+                (Some((k, v)), Some((ok, ovv))) => {
+                    if ok <= k {
+                        ov.next();
+                        if ok == k {
+                            e = cur.as_mut().map(|c| c.next()).transpose()?.flatten();
+                        }
+                        if let Some(v) = ovv {
+                            out.push((ok.to_vec(), v.to_vec()));
+                        }
+                    } else {
+                        out.push((k.to_vec(), v.to_vec()));
+                        e = cur.as_mut().map(|c| c.next()).transpose()?.flatten();
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Stops the background commits and commits what is pending.
+    pub fn close(mut self) -> Result<()> {
+        self.stop_ticker();
+        self.inner.commit()
+    }
+
+    fn stop_ticker(&mut self) {
+        *lock(&self.inner.stop) = true;
+        self.inner.wake.notify_all();
+        if let Some(t) = self.ticker.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Batch {
+    fn drop(&mut self) {
+        self.stop_ticker();
+        if let Err(e) = self.inner.commit() {
+            tracing::error!(error = %e, "backend batch commit at close failed");
+        }
+    }
+}

@@ -1,0 +1,610 @@
+// Opening, creating and committing the db file: meta selection, freelist load (or rebuild when
+// etcd did not persist it), reader tracking for page reuse, file growth and remapping.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use memmap2::Mmap;
+
+use super::error::{Error, Result, corrupt, io};
+use super::freelist::{self, Freelist};
+use super::meta::{Meta, PGID_NO_FREELIST};
+use super::node::{self, Child, Ctx, Node, Spill};
+use super::page::{BUCKET_LEAF_FLAG, MAX_DEPTH, NodePage, page_bytes, u64_at, write_leaf};
+use super::tx::{ReadTx, WBucket, WriteTx};
+
+pub const DEFAULT_PAGE_SIZE: u32 = 4096;
+
+/// Sees every write and sync the db makes: a test hook for simulating power loss (keep what
+/// was synced, drop or tear the rest). Writes still go to the file as usual.
+pub trait IoObserver: Send + Sync {
+    fn on_write(&self, offset: u64, data: &[u8]);
+    fn on_set_len(&self, len: u64);
+    fn on_sync(&self);
+}
+
+#[derive(Clone)]
+pub struct Options {
+    /// Open without writing anything, ever (etcdutl, snapshot status).
+    pub read_only: bool,
+    /// Write the freelist page at each commit (bbolt's default). etcd runs with
+    /// NoFreelistSync (false), which makes commits cheaper and opens slower.
+    pub persist_freelist: bool,
+    /// Skip fdatasync (etcd's --unsafe-no-fsync); a crash may then lose or corrupt commits.
+    pub no_sync: bool,
+    pub io_observer: Option<Arc<dyn IoObserver>>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            read_only: false,
+            persist_freelist: true,
+            no_sync: false,
+            io_observer: None,
+        }
+    }
+}
+
+pub(crate) struct Writer {
+    pub file: File,
+    pub file_len: u64,
+    pub freelist: Freelist,
+    pub poisoned: Option<String>,
+}
+
+pub(crate) struct View {
+    pub meta: Meta,
+    pub map: Arc<Mmap>,
+    /// Open readers by the txid they read.
+    pub readers: BTreeMap<u64, usize>,
+}
+
+pub(crate) struct Shared {
+    pub path: PathBuf,
+    pub opts: Options,
+    pub writer: Mutex<Writer>,
+    pub view: Mutex<View>,
+}
+
+/// A handle on one bbolt-format db file; clones share it. See the module docs.
+#[derive(Clone)]
+pub struct Db {
+    pub(crate) shared: Arc<Shared>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock cannot leave the file inconsistent (commits are atomic on
+    // disk), so a poisoned lock is still usable.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    pub(crate) fn end_read(&self, txid: u64) {
+        let mut v = lock(&self.view);
+        if let Some(n) = v.readers.get_mut(&txid) {
+            *n -= 1;
+            if *n == 0 {
+                v.readers.remove(&txid);
+            }
+        }
+    }
+}
+
+/// Maps the whole file read-only.
+pub(crate) fn map_file(file: &File, path: &Path) -> Result<Mmap> {
+    // Safety: the map is read-only and the file is only ever grown while mapped (never
+    // truncated); pages a reader can reach are not rewritten while it lives (freelist rules),
+    // and other processes are kept out by the flock taken at open.
+    unsafe { Mmap::map(file) }.map_err(io(path, "mmap"))
+}
+
+fn flock(file: &File, path: &Path, exclusive: bool) -> Result<()> {
+    let op = if exclusive {
+        libc::LOCK_EX
+    } else {
+        libc::LOCK_SH
+    } | libc::LOCK_NB;
+    // Safety: flock on a file descriptor we own.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), op) };
+    if rc != 0 {
+        return Err(Error::Io {
+            path: path.to_path_buf(),
+            op: "lock (is another process using this db?)",
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    Ok(())
+}
+
+/// The image of a fresh db: two metas, an empty freelist, an empty root leaf.
+pub(crate) fn init_image(page_size: u32) -> Vec<u8> {
+    let ps = page_size as usize;
+    let mut buf = vec![0u8; ps * 4];
+    for txid in 0..2u64 {
+        let m = Meta {
+            page_size,
+            flags: 0,
+            root: 3,
+            sequence: 0,
+            freelist: 2,
+            pgid: 4,
+            txid,
+        };
+        buf[txid as usize * ps..(txid as usize + 1) * ps].copy_from_slice(&m.encode(txid));
+    }
+    freelist::encode(&mut buf[2 * ps..3 * ps], 2, 0, &[]);
+    write_leaf(&mut buf[3 * ps..4 * ps], 3, 0, std::iter::empty());
+    buf
+}
+
+/// Picks the valid meta with the higher txid, or says why neither is usable.
+fn read_meta(file: &File, path: &Path, len: u64) -> Result<Meta> {
+    let not_bbolt = |reason: String| Error::NotBbolt {
+        path: path.to_path_buf(),
+        reason,
+    };
+    if len < 1024 {
+        return Err(not_bbolt(format!("file of {len} bytes is too short")));
+    }
+    let mut first = vec![0u8; (len as usize).min(DEFAULT_PAGE_SIZE as usize)];
+    file.read_exact_at(&mut first, 0)
+        .map_err(io(path, "read meta 0"))?;
+    let m0 = Meta::decode(&first);
+    let ps = m0
+        .as_ref()
+        .map(|m| m.page_size)
+        .unwrap_or(DEFAULT_PAGE_SIZE) as u64;
+    let m1 = if len >= 2 * ps {
+        let mut second = vec![0u8; ps as usize];
+        file.read_exact_at(&mut second, ps)
+            .map_err(io(path, "read meta 1"))?;
+        Meta::decode(&second).and_then(|m| {
+            if m.page_size as u64 != ps {
+                Err(format!("page size {} differs from meta 0", m.page_size))
+            } else {
+                Ok(m)
+            }
+        })
+    } else {
+        Err("file too short for meta 1".to_string())
+    };
+    let meta = match (m0, m1) {
+        (Ok(a), Ok(b)) => {
+            if a.txid >= b.txid {
+                a
+            } else {
+                b
+            }
+        }
+        (Ok(a), Err(_)) => a,
+        (Err(_), Ok(b)) => b,
+        (Err(e0), Err(e1)) => {
+            if e0.starts_with("bad magic") || e0.contains("not a meta page") {
+                return Err(not_bbolt(format!("meta 0: {e0}; meta 1: {e1}")));
+            }
+            return Err(Error::BothMetasInvalid {
+                path: path.to_path_buf(),
+                meta0: e0,
+                meta1: e1,
+            });
+        }
+    };
+    let need = meta.pgid * meta.page_size as u64;
+    if len < need {
+        return Err(Error::Truncated {
+            path: path.to_path_buf(),
+            len,
+            need,
+        });
+    }
+    Ok(meta)
+}
+
+/// Rebuilds the freelist from what is reachable (for files written with NoFreelistSync).
+fn rebuild_freelist(ctx: Ctx<'_>, meta: &Meta) -> Result<Freelist> {
+    let mut used = vec![false; meta.pgid as usize];
+    used[0] = true;
+    used[1] = true;
+    mark_tree(ctx, meta.root, &mut used, 0)?;
+    Ok(Freelist::from_ids(
+        used.iter()
+            .enumerate()
+            .filter(|(_, u)| !**u)
+            .map(|(i, _)| i as u64),
+    ))
+}
+
+/// Marks every page of the tree at `pgid`, and of the buckets it holds, as used.
+pub(crate) fn mark_tree(ctx: Ctx<'_>, pgid: u64, used: &mut [bool], depth: usize) -> Result<()> {
+    if depth > MAX_DEPTH {
+        return Err(corrupt(
+            pgid,
+            format!("tree deeper than {MAX_DEPTH} levels"),
+        ));
+    }
+    let bytes = page_bytes(ctx.map, ctx.page_size, ctx.hwm, pgid)?;
+    let n = (bytes.len() / ctx.page_size) as u64;
+    for id in pgid..pgid + n {
+        if used[id as usize] {
+            return Err(corrupt(pgid, format!("page {id} is reachable twice")));
+        }
+        used[id as usize] = true;
+    }
+    let p = NodePage::parse(pgid, bytes)?;
+    for i in 0..p.count {
+        if p.leaf {
+            let (flags, _, v) = p.leaf_elem(i)?;
+            // Nested buckets (bbolt allows them at any level) own pages too.
+            if flags & BUCKET_LEAF_FLAG != 0 {
+                if v.len() < 16 {
+                    return Err(corrupt(
+                        pgid,
+                        format!("bucket value {i} is {} bytes", v.len()),
+                    ));
+                }
+                let root = u64_at(v, 0);
+                if root != 0 {
+                    mark_tree(ctx, root, used, depth + 1)?;
+                }
+            }
+        } else {
+            let (_, child) = p.branch_elem(i)?;
+            if child < 2 {
+                return Err(corrupt(
+                    pgid,
+                    format!("branch element {i} points to meta page {child}"),
+                ));
+            }
+            mark_tree(ctx, child, used, depth + 1)?;
+        }
+    }
+    Ok(())
+}
+
+impl Db {
+    /// Opens (or creates, unless read-only) the db at `path` with default options.
+    pub fn open(path: impl AsRef<Path>) -> Result<Db> {
+        Db::open_with(path, Options::default())
+    }
+
+    /// Opens an existing db without ever writing to it.
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Db> {
+        Db::open_with(
+            path,
+            Options {
+                read_only: true,
+                ..Options::default()
+            },
+        )
+    }
+
+    pub fn open_with(path: impl AsRef<Path>, opts: Options) -> Result<Db> {
+        let path = path.as_ref().to_path_buf();
+        let file = if opts.read_only {
+            File::open(&path).map_err(io(&path, "open"))?
+        } else {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .map_err(io(&path, "open"))?
+        };
+        flock(&file, &path, !opts.read_only)?;
+        let mut len = file.metadata().map_err(io(&path, "stat"))?.len();
+        if len == 0 && !opts.read_only {
+            let img = init_image(DEFAULT_PAGE_SIZE);
+            file.write_all_at(&img, 0)
+                .map_err(io(&path, "write new db"))?;
+            file.sync_all().map_err(io(&path, "fsync new db"))?;
+            if let Some(dir) = path.parent() {
+                crate::backend::defrag::sync_dir(dir)?;
+            }
+            len = img.len() as u64;
+        }
+        let meta = read_meta(&file, &path, len)?;
+        let map = map_file(&file, &path)?;
+        let ctx = Ctx {
+            map: &map[..],
+            page_size: meta.page_size as usize,
+            hwm: meta.pgid,
+        };
+        let freelist = if opts.read_only {
+            Freelist::default()
+        } else if meta.freelist == PGID_NO_FREELIST {
+            rebuild_freelist(ctx, &meta)?
+        } else {
+            let bytes = page_bytes(&map, meta.page_size as usize, meta.pgid, meta.freelist)?;
+            Freelist::from_ids(freelist::decode(meta.freelist, bytes, meta.pgid)?)
+        };
+        Ok(Db {
+            shared: Arc::new(Shared {
+                path,
+                opts,
+                writer: Mutex::new(Writer {
+                    file,
+                    file_len: len,
+                    freelist,
+                    poisoned: None,
+                }),
+                view: Mutex::new(View {
+                    meta,
+                    map: Arc::new(map),
+                    readers: BTreeMap::new(),
+                }),
+            }),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.shared.path
+    }
+
+    /// Starts a read transaction on the latest committed version.
+    pub fn begin_read(&self) -> ReadTx {
+        let mut v = lock(&self.shared.view);
+        let meta = v.meta;
+        *v.readers.entry(meta.txid).or_insert(0) += 1;
+        ReadTx {
+            shared: self.shared.clone(),
+            map: v.map.clone(),
+            meta,
+        }
+    }
+
+    /// Starts the write transaction, waiting for the current one to finish.
+    pub fn begin_write(&self) -> Result<WriteTx<'_>> {
+        if self.shared.opts.read_only {
+            return Err(Error::ReadOnly);
+        }
+        let mut writer = lock(&self.shared.writer);
+        if let Some(why) = &writer.poisoned {
+            return Err(Error::Poisoned(why.clone()));
+        }
+        let (meta, map, min_reader) = {
+            let v = lock(&self.shared.view);
+            let min = v.readers.keys().next().copied().unwrap_or(u64::MAX);
+            (v.meta, v.map.clone(), min.min(v.meta.txid))
+        };
+        writer.freelist.release_up_to(min_reader);
+        Ok(WriteTx {
+            shared: &self.shared,
+            writer,
+            map,
+            meta,
+            buckets: BTreeMap::new(),
+            freed: Vec::new(),
+            fill: 0.5,
+        })
+    }
+
+    /// The meta of the latest commit (txid, high-water mark, ...).
+    pub(crate) fn meta(&self) -> Meta {
+        lock(&self.shared.view).meta
+    }
+
+    /// The txid of the latest commit.
+    pub fn txid(&self) -> u64 {
+        self.meta().txid
+    }
+}
+
+fn grow_target(needed: u64) -> u64 {
+    const STEP: u64 = 16 << 20;
+    if needed < STEP {
+        needed.next_power_of_two().max(32 << 10)
+    } else {
+        needed.div_ceil(STEP) * STEP
+    }
+}
+
+fn write_pages(
+    w: &mut Writer,
+    opts: &Options,
+    path: &Path,
+    mut writes: Vec<(u64, Vec<u8>)>,
+    ps: u64,
+) -> Result<()> {
+    writes.sort_unstable_by_key(|(id, _)| *id);
+    let mut i = 0;
+    while i < writes.len() {
+        // Coalesce runs of adjacent pages into one pwrite.
+        let start = writes[i].0;
+        let mut end = start + writes[i].1.len() as u64 / ps;
+        let mut j = i + 1;
+        while j < writes.len() && writes[j].0 == end {
+            end += writes[j].1.len() as u64 / ps;
+            j += 1;
+        }
+        let buf: Vec<u8>;
+        let data: &[u8] = if j == i + 1 {
+            &writes[i].1
+        } else {
+            buf = writes[i..j]
+                .iter()
+                .flat_map(|(_, b)| b.iter().copied())
+                .collect();
+            &buf
+        };
+        w.file
+            .write_all_at(data, start * ps)
+            .map_err(io(path, "write pages"))?;
+        if let Some(o) = &opts.io_observer {
+            o.on_write(start * ps, data);
+        }
+        i = j;
+    }
+    Ok(())
+}
+
+fn sync(w: &Writer, opts: &Options, path: &Path) -> Result<()> {
+    if !opts.no_sync {
+        w.file.sync_data().map_err(io(path, "fdatasync"))?;
+    }
+    if let Some(o) = &opts.io_observer {
+        o.on_sync();
+    }
+    Ok(())
+}
+
+pub(crate) fn commit(mut tx: WriteTx<'_>) -> Result<()> {
+    let shared = tx.shared;
+    let path = &shared.path;
+    let opts = &shared.opts;
+    let ps = tx.meta.page_size as usize;
+    let txid = tx.meta.txid + 1;
+    let map = tx.map.clone();
+    let ctx = Ctx {
+        map: &map[..],
+        page_size: ps,
+        hwm: tx.meta.pgid,
+    };
+    let buckets = std::mem::take(&mut tx.buckets);
+    let mut freed = std::mem::take(&mut tx.freed);
+    let fill = tx.fill;
+    let w = &mut *tx.writer;
+    let mut spill = Spill {
+        page_size: ps,
+        fill,
+        freelist: &mut w.freelist,
+        hwm: tx.meta.pgid,
+        allocated: Vec::new(),
+        writes: Vec::new(),
+    };
+    let result = (|| -> Result<Meta> {
+        let mut root = Child::Page(tx.meta.root);
+        for (name, b) in buckets {
+            let WBucket {
+                root: broot,
+                seq,
+                existed,
+            } = b;
+            let Some(mut broot) = broot else {
+                if existed {
+                    node::delete(&mut root, &ctx, &mut freed, &name, BUCKET_LEAF_FLAG)?;
+                }
+                continue;
+            };
+            node::rebalance(&mut broot, &ctx, &mut freed)?;
+            let mut value = Vec::with_capacity(16);
+            let inline = match &broot {
+                Child::Mem(n) => match &**n {
+                    Node::Leaf(es)
+                        if 16 + n.size() <= ps / 4
+                            && es.iter().all(|e| !node::is_bucket(e.flags)) =>
+                    {
+                        Some(Node::leaf_image(es))
+                    }
+                    _ => None,
+                },
+                Child::Page(_) => None,
+            };
+            match inline {
+                Some(img) => {
+                    value.extend_from_slice(&0u64.to_le_bytes());
+                    value.extend_from_slice(&seq.to_le_bytes());
+                    value.extend_from_slice(&img);
+                }
+                None => {
+                    let p = spill.spill_root(broot)?;
+                    value.extend_from_slice(&p.to_le_bytes());
+                    value.extend_from_slice(&seq.to_le_bytes());
+                }
+            }
+            node::put(&mut root, &ctx, &mut freed, &name, &value, BUCKET_LEAF_FLAG)?;
+        }
+        node::rebalance(&mut root, &ctx, &mut freed)?;
+        let new_root = spill.spill_root(root)?;
+        if tx.meta.freelist != PGID_NO_FREELIST {
+            let bytes = page_bytes(ctx.map, ps, tx.meta.pgid, tx.meta.freelist)?;
+            freed.push((tx.meta.freelist, (bytes.len() / ps) as u64));
+        }
+        for &(id, n) in &freed {
+            spill.freelist.free_run(txid, id, n);
+        }
+        let fl_id = if opts.persist_freelist {
+            let n = spill.freelist.all_ids().len();
+            let npages = freelist::page_bytes_for(n).div_ceil(ps) as u64;
+            let id = spill.alloc(npages);
+            let ids = spill.freelist.all_ids();
+            let mut buf = vec![0u8; npages as usize * ps];
+            freelist::encode(&mut buf, id, (npages - 1) as u32, &ids);
+            spill.writes.push((id, buf));
+            id
+        } else {
+            PGID_NO_FREELIST
+        };
+        Ok(Meta {
+            root: new_root,
+            freelist: fl_id,
+            pgid: spill.hwm,
+            txid,
+            ..tx.meta
+        })
+    })();
+    let allocated = std::mem::take(&mut spill.allocated);
+    let writes = std::mem::take(&mut spill.writes);
+    let new_meta = match result {
+        Ok(m) => m,
+        Err(e) => {
+            w.freelist.rollback(txid, &allocated);
+            return Err(e);
+        }
+    };
+    // Data pages first, made durable before the meta that points at them.
+    let data = (|| -> Result<()> {
+        let needed = new_meta.pgid * ps as u64;
+        if needed > w.file_len {
+            let target = grow_target(needed);
+            w.file.set_len(target).map_err(io(path, "grow file"))?;
+            if let Some(o) = &opts.io_observer {
+                o.on_set_len(target);
+            }
+            w.file_len = target;
+        }
+        write_pages(w, opts, path, writes, ps as u64)?;
+        sync(w, opts, path)
+    })();
+    if let Err(e) = data {
+        w.freelist.rollback(txid, &allocated);
+        return Err(e);
+    }
+    let meta_page = new_meta.encode(txid % 2);
+    let meta_res = (|| -> Result<()> {
+        w.file
+            .write_all_at(&meta_page, (txid % 2) * ps as u64)
+            .map_err(io(path, "write meta"))?;
+        if let Some(o) = &opts.io_observer {
+            o.on_write((txid % 2) * ps as u64, &meta_page);
+        }
+        sync(w, opts, path)
+    })();
+    if let Err(e) = meta_res {
+        // The meta may or may not be on disk now: only a reopen can tell which version won.
+        w.poisoned = Some(e.to_string());
+        return Err(e);
+    }
+    let remap = {
+        let v = lock(&shared.view);
+        (new_meta.pgid * ps as u64) as usize > v.map.len()
+    };
+    let new_map = if remap {
+        Some(Arc::new(map_file(&w.file, path).inspect_err(|e| {
+            w.poisoned = Some(e.to_string());
+        })?))
+    } else {
+        None
+    };
+    let mut v = lock(&shared.view);
+    v.meta = new_meta;
+    if let Some(m) = new_map {
+        v.map = m;
+    }
+    Ok(())
+}

@@ -1,0 +1,194 @@
+// Whole-file rewrites and copies: defrag (compact copy, fsync, atomic rename, handle keeps
+// working) and the snapshot stream (a consistent db image from one read txn, writes go on).
+
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+
+use super::db::{Db, Options, Writer};
+use super::error::{Error, Result, io};
+use super::tx::{ReadTx, ReadTxn};
+
+/// fsyncs a directory so a rename or create inside it survives a crash.
+pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io(dir, "fsync directory"))
+}
+
+/// Keys copied per commit while defragmenting (bounds the memory of one write txn).
+const DEFRAG_BATCH: usize = 10_000;
+
+impl Db {
+    /// Rewrites the db into a fresh compact file (every bucket copied in key order, pages 90%
+    /// full as etcd does), fsyncs it, renames it over the db and fsyncs the directory. The
+    /// handle (and its clones) keep working on the new file; open readers keep reading the
+    /// old image until they finish. Writers wait during the copy.
+    pub fn defrag(&self) -> Result<()> {
+        let shared = &self.shared;
+        if shared.opts.read_only {
+            return Err(Error::ReadOnly);
+        }
+        let path = shared.path.clone();
+        let mut w = shared.writer.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(why) = &w.poisoned {
+            return Err(Error::Poisoned(why.clone()));
+        }
+        let mut tmp_name = path
+            .file_name()
+            .map(|n| n.to_os_string())
+            .unwrap_or_default();
+        tmp_name.push(".defrag.tmp");
+        let tmp = path.with_file_name(tmp_name);
+        let _ = std::fs::remove_file(&tmp);
+        {
+            let src = self.begin_read();
+            let dst = Db::open_with(
+                &tmp,
+                Options {
+                    read_only: false,
+                    persist_freelist: shared.opts.persist_freelist,
+                    no_sync: shared.opts.no_sync,
+                    io_observer: None,
+                },
+            )?;
+            copy_all(&src, &dst)?;
+        }
+        std::fs::rename(&tmp, &path).map_err(io(&path, "rename defragmented file"))?;
+        if let Some(dir) = path.parent() {
+            sync_dir(dir)?;
+        }
+        let fresh = Db::open_with(
+            &path,
+            Options {
+                io_observer: None,
+                ..shared.opts.clone()
+            },
+        );
+        let fresh = match fresh {
+            Ok(d) => d,
+            Err(e) => {
+                w.poisoned = Some(format!("reopen after defrag failed: {e}"));
+                return Err(e);
+            }
+        };
+        // Take over the fresh handle's file, freelist and view.
+        let fresh_shared = match Arc::try_unwrap(fresh.shared) {
+            Ok(s) => s,
+            Err(_) => return Err(Error::Poisoned("defrag handle still shared".into())),
+        };
+        let fw = fresh_shared
+            .writer
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner());
+        let fv = fresh_shared
+            .view
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner());
+        let Writer {
+            file,
+            file_len,
+            freelist,
+            ..
+        } = fw;
+        w.file = file;
+        w.file_len = file_len;
+        w.freelist = freelist;
+        let mut v = shared.view.lock().unwrap_or_else(|e| e.into_inner());
+        v.meta = fv.meta;
+        v.map = fv.map;
+        Ok(())
+    }
+
+    /// Streams a consistent image of the latest committed version into `out` while writes go
+    /// on; returns the bytes written. The image is a valid db file (both metas describe the
+    /// snapshot's version). With `sha256_trailer`, the SHA-256 of the image is appended as
+    /// etcd's Maintenance.Snapshot does (and `etcdctl snapshot restore` checks).
+    pub fn snapshot(&self, out: &mut dyn Write, sha256_trailer: bool) -> Result<u64> {
+        let tx = self.begin_read();
+        write_image(&tx, out, sha256_trailer, &self.shared.path)
+    }
+
+    /// Writes a snapshot to a file (temp + fsync + rename), with the sha256 trailer.
+    pub fn snapshot_to_file(&self, dest: &Path, sha256_trailer: bool) -> Result<u64> {
+        let mut tmp_name = dest
+            .file_name()
+            .map(|n| n.to_os_string())
+            .unwrap_or_default();
+        tmp_name.push(".part");
+        let tmp = dest.with_file_name(tmp_name);
+        let mut f = File::create(&tmp).map_err(io(&tmp, "create snapshot"))?;
+        let n = self.snapshot(&mut f, sha256_trailer)?;
+        f.sync_all().map_err(io(&tmp, "fsync snapshot"))?;
+        drop(f);
+        std::fs::rename(&tmp, dest).map_err(io(dest, "rename snapshot"))?;
+        if let Some(dir) = dest.parent() {
+            sync_dir(dir)?;
+        }
+        Ok(n)
+    }
+}
+
+fn copy_all(src: &ReadTx, dst: &Db) -> Result<()> {
+    for name in src.bucket_names()? {
+        let mut c = src.cursor(&name)?;
+        let mut e = c.first()?;
+        let mut wtx = dst.begin_write()?;
+        wtx.set_fill_percent(0.9);
+        wtx.create_bucket(&name)?;
+        let mut n = 0;
+        while let Some((k, v)) = e {
+            wtx.put(&name, k, v)?;
+            n += 1;
+            if n % DEFRAG_BATCH == 0 {
+                wtx.commit()?;
+                wtx = dst.begin_write()?;
+                wtx.set_fill_percent(0.9);
+            }
+            e = c.next()?;
+        }
+        wtx.commit()?;
+    }
+    Ok(())
+}
+
+fn write_image(tx: &ReadTx, out: &mut dyn Write, sha: bool, path: &Path) -> Result<u64> {
+    use sha2::Digest;
+    let mut hasher = sha2::Sha256::new();
+    let mut emit = |b: &[u8]| -> Result<()> {
+        if sha {
+            hasher.update(b);
+        }
+        out.write_all(b).map_err(io(path, "write snapshot"))
+    };
+    let meta = tx.meta;
+    let ps = meta.page_size as usize;
+    // Both metas describe this version; the second one a txid lower so the first wins.
+    emit(&meta.encode(0))?;
+    let older = super::meta::Meta {
+        txid: meta.txid.saturating_sub(1),
+        ..meta
+    };
+    emit(&older.encode(1))?;
+    const CHUNK: usize = 1 << 20;
+    let mut off = 2 * ps;
+    let end = meta.pgid as usize * ps;
+    while off < end {
+        let n = CHUNK.min(end - off);
+        emit(&tx.map[off..off + n])?;
+        off += n;
+    }
+    let mut total = end as u64;
+    if sha {
+        let digest = hasher.finalize();
+        out.write_all(&digest).map_err(io(path, "write snapshot"))?;
+        total += digest.len() as u64;
+    }
+    Ok(total)
+}

@@ -1,0 +1,165 @@
+// The freelist: which pages are free now, which were freed by a commit that open readers may
+// still see (pending by txid), and bbolt's freelist page codec (count 0xFFFF escape).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::error::{Result, corrupt};
+use super::page::{FLAG_FREELIST, PAGE_HEADER_SIZE, put_header, u16_at, u64_at};
+
+#[derive(Clone, Debug, Default)]
+pub struct Freelist {
+    free: BTreeSet<u64>,
+    /// Pages freed by the commit with this txid: still reachable from older versions.
+    pending: BTreeMap<u64, Vec<u64>>,
+}
+
+impl Freelist {
+    pub fn from_ids(ids: impl IntoIterator<Item = u64>) -> Freelist {
+        Freelist {
+            free: ids.into_iter().collect(),
+            pending: BTreeMap::new(),
+        }
+    }
+
+    /// Marks `n` pages from `id` as freed by commit `txid`.
+    pub fn free_run(&mut self, txid: u64, id: u64, n: u64) {
+        self.pending.entry(txid).or_default().extend(id..id + n);
+    }
+
+    /// Makes free the pages freed by commits no open reader can see any more: a reader of
+    /// version R may reach pages freed by commit T only when R < T.
+    pub fn release_up_to(&mut self, min_reader_txid: u64) {
+        let keep = self.pending.split_off(&(min_reader_txid + 1));
+        for ids in std::mem::replace(&mut self.pending, keep).into_values() {
+            self.free.extend(ids);
+        }
+    }
+
+    /// Takes `n` contiguous free pages, or None when no such run exists.
+    pub fn allocate(&mut self, n: u64) -> Option<u64> {
+        let start = if n == 1 {
+            *self.free.iter().next()?
+        } else {
+            let mut run_start = 0;
+            let mut prev = None;
+            let mut found = None;
+            for &id in &self.free {
+                match prev {
+                    Some(p) if p + 1 == id => {}
+                    _ => run_start = id,
+                }
+                prev = Some(id);
+                if id + 1 - run_start == n {
+                    found = Some(run_start);
+                    break;
+                }
+            }
+            found?
+        };
+        for id in start..start + n {
+            self.free.remove(&id);
+        }
+        Some(start)
+    }
+
+    /// Undoes a failed commit: its allocations go back, its frees are forgotten.
+    pub fn rollback(&mut self, txid: u64, allocated: &[(u64, u64)]) {
+        self.pending.remove(&txid);
+        for &(id, n) in allocated {
+            self.free.extend(id..id + n);
+        }
+    }
+
+    /// Every id a freshly opened db may reuse: free plus pending (no reader survives a reopen).
+    pub fn all_ids(&self) -> Vec<u64> {
+        let mut v: Vec<u64> = self.free.iter().copied().collect();
+        for ids in self.pending.values() {
+            v.extend_from_slice(ids);
+        }
+        v.sort_unstable();
+        v
+    }
+}
+
+/// Bytes needed for a freelist page holding `n` ids.
+pub fn page_bytes_for(n: usize) -> usize {
+    PAGE_HEADER_SIZE + 8 * (n + usize::from(n >= 0xFFFF))
+}
+
+pub fn encode(out: &mut [u8], id: u64, overflow: u32, ids: &[u64]) {
+    let n = ids.len();
+    let mut off = PAGE_HEADER_SIZE;
+    if n >= 0xFFFF {
+        put_header(out, id, FLAG_FREELIST, 0xFFFF, overflow);
+        out[off..off + 8].copy_from_slice(&(n as u64).to_le_bytes());
+        off += 8;
+    } else {
+        put_header(out, id, FLAG_FREELIST, n as u16, overflow);
+    }
+    for &i in ids {
+        out[off..off + 8].copy_from_slice(&i.to_le_bytes());
+        off += 8;
+    }
+}
+
+/// Decodes a freelist page (with overflow pages); ids must lie in 2..hwm.
+pub fn decode(pgid: u64, buf: &[u8], hwm: u64) -> Result<Vec<u64>> {
+    let flags = u16_at(buf, 8);
+    if flags != FLAG_FREELIST {
+        return Err(corrupt(
+            pgid,
+            format!("flags {flags:#x}, expected a freelist page (0x10)"),
+        ));
+    }
+    let mut n = u16_at(buf, 10) as usize;
+    let mut off = PAGE_HEADER_SIZE;
+    if n == 0xFFFF {
+        if buf.len() < off + 8 {
+            return Err(corrupt(pgid, "freelist count word missing"));
+        }
+        n = usize::try_from(u64_at(buf, off)).unwrap_or(usize::MAX);
+        off += 8;
+    }
+    if n > (buf.len() - off) / 8 {
+        return Err(corrupt(
+            pgid,
+            format!("freelist of {n} ids does not fit in its pages"),
+        ));
+    }
+    let mut ids = Vec::with_capacity(n);
+    for i in 0..n {
+        let id = u64_at(buf, off + 8 * i);
+        if id < 2 || id >= hwm {
+            return Err(corrupt(
+                pgid,
+                format!("freelist holds page {id}, outside 2..{hwm}"),
+            ));
+        }
+        ids.push(id);
+    }
+    Ok(ids)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pending_pages_wait_for_readers() {
+        let mut f = Freelist::default();
+        f.free_run(5, 10, 2);
+        f.release_up_to(4);
+        assert_eq!(f.allocate(1), None);
+        f.release_up_to(5);
+        assert_eq!(f.allocate(2), Some(10));
+    }
+
+    #[test]
+    fn large_freelist_roundtrip() {
+        let ids: Vec<u64> = (2..70_000).collect();
+        let mut buf = vec![0u8; page_bytes_for(ids.len())];
+        encode(&mut buf, 5, 0, &ids);
+        assert_eq!(decode(5, &buf, 70_000).unwrap(), ids);
+        assert!(decode(5, &buf, 100).is_err());
+    }
+}

@@ -1,0 +1,367 @@
+// Transactions: read-only snapshots of one committed version, and the single writer whose
+// changes live in memory (copy-on-write) until commit writes them as new pages.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, MutexGuard};
+
+use memmap2::Mmap;
+
+use super::db::{Shared, Writer};
+use super::error::{Error, Result, corrupt, show};
+use super::meta::Meta;
+use super::node::{self, Child, ChildRef, Ctx, Cursor, Entry, Node};
+/// The visitor [`ReadTxn::for_each`] calls on each key and value.
+pub type Visit<'f> = dyn FnMut(&[u8], &[u8]) -> Result<()> + 'f;
+
+use super::page::{BUCKET_LEAF_FLAG, MAX_KEY_SIZE, MAX_VALUE_SIZE, NodePage, u64_at};
+
+/// Read access shared by [`ReadTx`] and [`WriteTx`]. Values borrow the transaction.
+pub trait ReadTxn {
+    #[doc(hidden)]
+    fn ctx(&self) -> Ctx<'_>;
+    #[doc(hidden)]
+    fn bucket_root(&self, name: &[u8]) -> Result<Option<ChildRef<'_>>>;
+
+    /// Names of all top-level buckets, sorted.
+    fn bucket_names(&self) -> Result<Vec<Vec<u8>>>;
+
+    fn bucket_exists(&self, name: &[u8]) -> Result<bool> {
+        Ok(self.bucket_root(name)?.is_some())
+    }
+
+    /// A cursor over `bucket`; the bucket must exist.
+    fn cursor(&self, bucket: &[u8]) -> Result<Cursor<'_>> {
+        let root = self
+            .bucket_root(bucket)?
+            .ok_or_else(|| Error::BucketNotFound(show(bucket)))?;
+        Ok(Cursor::new(self.ctx(), root))
+    }
+
+    fn get(&self, bucket: &[u8], key: &[u8]) -> Result<Option<&[u8]>> {
+        let root = self
+            .bucket_root(bucket)?
+            .ok_or_else(|| Error::BucketNotFound(show(bucket)))?;
+        Ok(node::find(self.ctx(), root, key)?.map(|(_, (_, v))| v))
+    }
+
+    /// Keys in `[start, end)` (or just `start` when `end` is None), at most `limit` of them
+    /// (0 = no limit) — etcd's UnsafeRange.
+    fn range(
+        &self,
+        bucket: &[u8],
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<Entry<'_>>> {
+        let mut c = self.cursor(bucket)?;
+        let mut out = Vec::new();
+        let Some(end) = end else {
+            if let Some((k, v)) = c.seek(start)?
+                && k == start
+            {
+                out.push((k, v));
+            }
+            return Ok(out);
+        };
+        let mut e = c.seek(start)?;
+        while let Some((k, v)) = e {
+            if k >= end || (limit > 0 && out.len() >= limit) {
+                break;
+            }
+            out.push((k, v));
+            e = c.next()?;
+        }
+        Ok(out)
+    }
+
+    /// Calls `f` on every key and value of `bucket`, in order.
+    fn for_each(&self, bucket: &[u8], f: &mut Visit<'_>) -> Result<()> {
+        let mut c = self.cursor(bucket)?;
+        let mut e = c.first()?;
+        while let Some((k, v)) = e {
+            f(k, v)?;
+            e = c.next()?;
+        }
+        Ok(())
+    }
+}
+
+/// Looks `name` up in the root tree of a committed version.
+fn committed_bucket<'t>(ctx: Ctx<'t>, root: u64, name: &[u8]) -> Result<Option<ChildRef<'t>>> {
+    match node::find(ctx, ChildRef::Page(root), name)? {
+        Some((flags, (_, v))) => {
+            if flags & BUCKET_LEAF_FLAG == 0 {
+                return Err(Error::IncompatibleValue(show(name)));
+            }
+            decode_bucket(root, v).map(Some)
+        }
+        None => Ok(None),
+    }
+}
+
+/// A bucket value: {root pgid, sequence}, then an inline page image when root is 0.
+fn decode_bucket(at: u64, v: &[u8]) -> Result<ChildRef<'_>> {
+    if v.len() < 16 {
+        return Err(corrupt(
+            at,
+            format!("bucket value of {} bytes, need at least 16", v.len()),
+        ));
+    }
+    match u64_at(v, 0) {
+        0 => Ok(ChildRef::Inline(NodePage::parse(at, &v[16..])?)),
+        p if p < 2 => Err(corrupt(at, format!("bucket root points to meta page {p}"))),
+        p => Ok(ChildRef::Page(p)),
+    }
+}
+
+fn committed_names(ctx: Ctx<'_>, root: u64) -> Result<Vec<Vec<u8>>> {
+    let mut c = Cursor::new(ctx, ChildRef::Page(root));
+    let mut out = Vec::new();
+    let mut e = c.first_raw()?;
+    while let Some((flags, (k, _))) = e {
+        if flags & BUCKET_LEAF_FLAG != 0 {
+            out.push(k.to_vec());
+        }
+        e = c.next_raw()?;
+    }
+    Ok(out)
+}
+
+/// A consistent read-only view of the db as of its start; commits made later do not show.
+/// Any number may be open, on any threads; pages it can see are not reused while it lives.
+pub struct ReadTx {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) map: Arc<Mmap>,
+    pub(crate) meta: Meta,
+}
+
+impl ReadTx {
+    /// The txid of the version this transaction reads.
+    pub fn txid(&self) -> u64 {
+        self.meta.txid
+    }
+
+    /// Bytes of the db image this transaction sees (high-water mark × page size).
+    pub fn size(&self) -> u64 {
+        self.meta.pgid * self.meta.page_size as u64
+    }
+}
+
+impl Drop for ReadTx {
+    fn drop(&mut self) {
+        self.shared.end_read(self.meta.txid);
+    }
+}
+
+impl ReadTxn for ReadTx {
+    fn ctx(&self) -> Ctx<'_> {
+        Ctx {
+            map: &self.map[..],
+            page_size: self.meta.page_size as usize,
+            hwm: self.meta.pgid,
+        }
+    }
+    fn bucket_root(&self, name: &[u8]) -> Result<Option<ChildRef<'_>>> {
+        committed_bucket(self.ctx(), self.meta.root, name)
+    }
+    fn bucket_names(&self) -> Result<Vec<Vec<u8>>> {
+        committed_names(self.ctx(), self.meta.root)
+    }
+}
+
+/// A bucket this write txn changed; `root` None means deleted.
+pub(crate) struct WBucket {
+    pub root: Option<Child>,
+    pub seq: u64,
+    pub existed: bool,
+}
+
+/// The one write transaction. Changes are visible to itself at once and to others after
+/// [`WriteTx::commit`]; dropping it without commit rolls back.
+pub struct WriteTx<'a> {
+    pub(crate) shared: &'a Shared,
+    pub(crate) writer: MutexGuard<'a, Writer>,
+    pub(crate) map: Arc<Mmap>,
+    pub(crate) meta: Meta,
+    pub(crate) buckets: BTreeMap<Vec<u8>, WBucket>,
+    pub(crate) freed: Vec<(u64, u64)>,
+    pub(crate) fill: f64,
+}
+
+impl ReadTxn for WriteTx<'_> {
+    fn ctx(&self) -> Ctx<'_> {
+        Ctx {
+            map: &self.map[..],
+            page_size: self.meta.page_size as usize,
+            hwm: self.meta.pgid,
+        }
+    }
+    fn bucket_root(&self, name: &[u8]) -> Result<Option<ChildRef<'_>>> {
+        match self.buckets.get(name) {
+            Some(b) => Ok(b.root.as_ref().map(ChildRef::from)),
+            None => committed_bucket(self.ctx(), self.meta.root, name),
+        }
+    }
+    fn bucket_names(&self) -> Result<Vec<Vec<u8>>> {
+        let mut names: BTreeSet<Vec<u8>> = committed_names(self.ctx(), self.meta.root)?
+            .into_iter()
+            .collect();
+        for (n, b) in &self.buckets {
+            if b.root.is_some() {
+                names.insert(n.clone());
+            } else {
+                names.remove(n);
+            }
+        }
+        Ok(names.into_iter().collect())
+    }
+}
+
+fn check_key(key: &[u8]) -> Result<()> {
+    if key.is_empty() {
+        return Err(Error::KeyEmpty);
+    }
+    if key.len() > MAX_KEY_SIZE {
+        return Err(Error::KeyTooLarge(key.len()));
+    }
+    Ok(())
+}
+
+impl<'a> WriteTx<'a> {
+    /// The txid this transaction will commit as.
+    pub fn txid(&self) -> u64 {
+        self.meta.txid + 1
+    }
+
+    /// How full split pages are left (bbolt's FillPercent, 0.1..=1.0; default 0.5). Use a high
+    /// value when appending keys in order, as etcd's defrag does.
+    pub fn set_fill_percent(&mut self, fill: f64) {
+        self.fill = fill.clamp(0.1, 1.0);
+    }
+
+    /// Loads a bucket into the changed set (once per txn) and returns its tree.
+    fn bucket_mut(&mut self, name: &[u8]) -> Result<&mut WBucket> {
+        if !self.buckets.contains_key(name) {
+            let ctx = Ctx {
+                map: &self.map[..],
+                page_size: self.meta.page_size as usize,
+                hwm: self.meta.pgid,
+            };
+            let (root, seq) = match committed_bucket(ctx, self.meta.root, name)? {
+                None => return Err(Error::BucketNotFound(show(name))),
+                Some(ChildRef::Page(p)) => (Child::Page(p), bucket_seq(ctx, self.meta.root, name)?),
+                Some(ChildRef::Inline(p)) => (
+                    Child::Mem(Box::new(Node::from_page(&p)?)),
+                    bucket_seq(ctx, self.meta.root, name)?,
+                ),
+                Some(ChildRef::Mem(_)) => return Err(corrupt(0, "committed bucket in memory")),
+            };
+            self.buckets.insert(
+                name.to_vec(),
+                WBucket {
+                    root: Some(root),
+                    seq,
+                    existed: true,
+                },
+            );
+        }
+        match self.buckets.get_mut(name) {
+            Some(b) if b.root.is_some() => Ok(b),
+            _ => Err(Error::BucketNotFound(show(name))),
+        }
+    }
+
+    /// Creates an empty bucket; an existing one is an error.
+    pub fn create_bucket(&mut self, name: &[u8]) -> Result<()> {
+        check_key(name)?;
+        if self.bucket_exists(name)? {
+            return Err(Error::BucketExists(show(name)));
+        }
+        let existed = match self.buckets.get(name) {
+            Some(b) => b.existed,
+            None => false,
+        };
+        self.buckets.insert(
+            name.to_vec(),
+            WBucket {
+                root: Some(Child::Mem(Box::new(Node::Leaf(Vec::new())))),
+                seq: 0,
+                existed,
+            },
+        );
+        Ok(())
+    }
+
+    pub fn create_bucket_if_not_exists(&mut self, name: &[u8]) -> Result<()> {
+        if self.bucket_exists(name)? {
+            return Ok(());
+        }
+        self.create_bucket(name)
+    }
+
+    /// Deletes a bucket and all its keys; its pages are freed at commit.
+    pub fn delete_bucket(&mut self, name: &[u8]) -> Result<()> {
+        self.bucket_mut(name)?;
+        let ctx = Ctx {
+            map: &self.map[..],
+            page_size: self.meta.page_size as usize,
+            hwm: self.meta.pgid,
+        };
+        if let Some(b) = self.buckets.get_mut(name)
+            && let Some(root) = b.root.take()
+        {
+            node::free_tree(&root, &ctx, &mut self.freed, 0)?;
+        }
+        Ok(())
+    }
+
+    pub fn put(&mut self, bucket: &[u8], key: &[u8], value: &[u8]) -> Result<()> {
+        check_key(key)?;
+        if value.len() > MAX_VALUE_SIZE {
+            return Err(Error::ValueTooLarge(value.len()));
+        }
+        self.bucket_mut(bucket)?;
+        let ctx = Ctx {
+            map: &self.map[..],
+            page_size: self.meta.page_size as usize,
+            hwm: self.meta.pgid,
+        };
+        match self.buckets.get_mut(bucket).and_then(|b| b.root.as_mut()) {
+            Some(root) => node::put(root, &ctx, &mut self.freed, key, value, 0),
+            None => Err(Error::BucketNotFound(show(bucket))),
+        }
+    }
+
+    /// Deletes `key`; returns whether it existed.
+    pub fn delete(&mut self, bucket: &[u8], key: &[u8]) -> Result<bool> {
+        if self.get(bucket, key)?.is_none() {
+            return Ok(false);
+        }
+        self.bucket_mut(bucket)?;
+        let ctx = Ctx {
+            map: &self.map[..],
+            page_size: self.meta.page_size as usize,
+            hwm: self.meta.pgid,
+        };
+        match self.buckets.get_mut(bucket).and_then(|b| b.root.as_mut()) {
+            Some(root) => node::delete(root, &ctx, &mut self.freed, key, 0).map(|()| true),
+            None => Err(Error::BucketNotFound(show(bucket))),
+        }
+    }
+
+    /// Writes every change durably: dirty pages, fdatasync, the next meta, fdatasync.
+    pub fn commit(self) -> Result<()> {
+        super::db::commit(self)
+    }
+
+    /// Discards every change (the same as dropping the transaction).
+    pub fn rollback(self) {}
+}
+
+fn bucket_seq(ctx: Ctx<'_>, root: u64, name: &[u8]) -> Result<u64> {
+    let mut c = Cursor::new(ctx, ChildRef::Page(root));
+    match c.seek_raw(name)? {
+        Some((_, (k, v))) if k == name && v.len() >= 16 => Ok(u64_at(v, 8)),
+        _ => Ok(0),
+    }
+}

@@ -386,9 +386,7 @@ pub struct BatchWrite<'a> {
 impl BatchWrite<'_> {
     fn bufs(&mut self) -> &mut Buffers {
         // The guard is only taken out in `finish`/drop, which consume the group.
-        self.bufs
-            .as_deref_mut()
-            .unwrap_or_else(|| unreachable!())
+        self.bufs.as_deref_mut().unwrap_or_else(|| unreachable!())
     }
 
     pub fn create_bucket(&mut self, name: &[u8]) {

@@ -4,7 +4,9 @@
 pub mod index;
 pub mod key_index;
 pub mod revision;
+pub mod store;
 
 pub use index::{Index, KeyRange};
 pub use key_index::{KeyAt, KeyIndex};
 pub use revision::Revision;
+pub use store::{KvStore, MvccError, RangeResult, WriteTxn};

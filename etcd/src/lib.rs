@@ -2,6 +2,7 @@
 // `etcd` binary and by etcdutl for offline work over a data dir.
 
 pub mod api;
+pub mod apply;
 pub mod config;
 pub mod logging;
 pub mod membership;

@@ -1,2 +1,4 @@
 // The etcd server as a library: raft consensus, the MVCC store and the v3 API, used by the
 // `etcd` binary and by etcdutl for offline work over a data dir.
+
+pub mod raft;

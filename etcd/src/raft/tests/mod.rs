@@ -3,4 +3,5 @@
 
 mod network;
 mod paper;
+mod simulator;
 mod thesis;

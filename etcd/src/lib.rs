@@ -7,4 +7,5 @@ pub mod config;
 pub mod logging;
 pub mod membership;
 pub mod mvcc;
+pub mod raft;
 pub mod version;

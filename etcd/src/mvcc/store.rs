@@ -42,7 +42,8 @@ struct State {
     term: u64,
 }
 
-/// The result of a read: key-values in key order, how many keys matched, at which revision.
+/// The result of a read: key-values in key order, how many keys matched, and the store's
+/// current revision (what etcd reports in the header, whatever revision was read).
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct RangeResult {
     pub kvs: Vec<KeyValue>,
@@ -165,7 +166,7 @@ impl KvStore {
 
     /// Keys of `range` as of `rev` (0 = now), at most `limit` (0 = all); `count` counts all.
     pub fn range(&self, range: KeyRange<'_>, rev: i64, limit: usize) -> Result<RangeResult> {
-        let (at, picked, count) = {
+        let (cur, at, picked, count) = {
             let st = self.state();
             let at = if rev <= 0 { st.current_rev } else { rev };
             if at > st.current_rev {
@@ -180,7 +181,7 @@ impl KvStore {
             } else {
                 st.index.count(range, at)
             };
-            (at, picked, count)
+            (st.current_rev, at, picked, count)
         };
         let mut kvs = Vec::with_capacity(picked.len());
         for (key, s) in picked {
@@ -201,7 +202,7 @@ impl KvStore {
         Ok(RangeResult {
             kvs,
             count,
-            rev: at,
+            rev: cur,
         })
     }
 

@@ -8,4 +8,5 @@ pub mod logging;
 pub mod membership;
 pub mod mvcc;
 pub mod raft;
+pub mod server;
 pub mod version;

@@ -332,18 +332,22 @@ fn compare(w: &mut WriteTxn<'_>, c: &Compare) -> Result<bool, ApiError> {
     Ok(rr.kvs.iter().all(|kv| compare_one(c, kv)))
 }
 
+/// Whether all compares of `r` hold now (decides the branch).
+pub fn txn_compares_hold(w: &mut WriteTxn<'_>, r: &TxnRequest) -> Result<bool, ApiError> {
+    for c in &r.compare {
+        if !compare(w, c)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 pub fn txn(
     w: &mut WriteTxn<'_>,
     r: &TxnRequest,
     leases: &dyn LeaseLookup,
 ) -> Result<TxnResponse, ApiError> {
-    let mut ok = true;
-    for c in &r.compare {
-        if !compare(w, c)? {
-            ok = false;
-            break;
-        }
-    }
+    let ok = txn_compares_hold(w, r)?;
     let ops = if ok { &r.success } else { &r.failure };
     let mut responses = Vec::with_capacity(ops.len());
     for op in ops {

@@ -428,6 +428,11 @@ impl<'a> WriteTxn<'a> {
         Ok(deleted)
     }
 
+    /// Reads a key of another bucket, seeing this transaction's writes.
+    pub fn get_raw(&mut self, bucket: &[u8], key: &[u8]) -> Option<Vec<u8>> {
+        self.group().get(bucket, key).ok().flatten()
+    }
+
     /// Writes a key of another bucket in the same atomic group (leases, auth, membership).
     pub fn put_raw(&mut self, bucket: &[u8], key: &[u8], value: &[u8]) {
         self.group().put(bucket, key, value);

@@ -55,6 +55,8 @@ pub struct Booted {
     pub members: Vec<Member>,
     /// Index of the snapshot the node started from (0 = none).
     pub snapshot_index: u64,
+    /// Membership from that snapshot (conf changes after it are applied again from the log).
+    pub conf_state: proto::raftpb::ConfState,
 }
 
 fn open_store(cfg: &Config) -> Result<Arc<KvStore>, BootError> {
@@ -196,6 +198,7 @@ fn new_member(cfg: &Config) -> Result<Booted, BootError> {
         cluster_id,
         members,
         snapshot_index: 0,
+        conf_state: Default::default(),
     })
 }
 
@@ -254,8 +257,14 @@ fn restart(cfg: &Config) -> Result<Booted, BootError> {
         .map_err(|e| BootError::Config(format!("the WAL's metadata does not decode: {e}")))?;
     let mut storage = MemStorage::new();
     let mut snapshot_index = 0;
+    let mut conf_state = proto::raftpb::ConfState::default();
     if let Some(s) = snapshot {
         snapshot_index = s.metadata.as_ref().map(|m| m.index).unwrap_or(0);
+        conf_state = s
+            .metadata
+            .as_ref()
+            .and_then(|m| m.conf_state.clone())
+            .unwrap_or_default();
         storage
             .apply_snapshot(s)
             .map_err(|e| BootError::Config(format!("cannot install the snapshot: {e}")))?;
@@ -268,6 +277,7 @@ fn restart(cfg: &Config) -> Result<Booted, BootError> {
         local_member_id = %membership::id_hex(meta.node_id),
         cluster_id = %membership::id_hex(meta.cluster_id),
         commit_index = read.state.commit,
+        snapshot_index,
         "restarting local member"
     );
     Ok(Booted {
@@ -279,6 +289,7 @@ fn restart(cfg: &Config) -> Result<Booted, BootError> {
         cluster_id: meta.cluster_id,
         members,
         snapshot_index,
+        conf_state,
     })
 }
 

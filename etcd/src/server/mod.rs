@@ -118,6 +118,8 @@ impl EtcdServer {
             shared: shared.clone(),
             rx,
             snapshot_index: booted.snapshot_index,
+            conf_state: booted.conf_state,
+            applied_index: booted.snapshot_index,
         };
         let handle = std::thread::Builder::new()
             .name("raft-loop".into())

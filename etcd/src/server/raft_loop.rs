@@ -9,7 +9,8 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use prost::Message as _;
-use proto::raftpb::{ConfChange, ConfChangeType, Entry, EntryType};
+use proto::raftpb::{ConfChange, ConfChangeType, ConfState, Entry, EntryType, Snapshot};
+use proto::walpb;
 use tokio::sync::oneshot;
 
 use super::Shared;
@@ -46,7 +47,14 @@ pub struct RaftLoop {
     pub shared: Arc<Shared>,
     pub rx: Receiver<RaftMsg>,
     pub snapshot_index: u64,
+    /// The membership as of the last applied conf change (or the snapshot).
+    pub conf_state: ConfState,
+    pub applied_index: u64,
 }
+
+/// Entries kept in the raft log behind a snapshot so a slow follower can catch up without
+/// a snapshot transfer (etcd's catch-up entries).
+const CATCH_UP_ENTRIES: u64 = 5000;
 
 impl RaftLoop {
     pub fn run(mut self) {
@@ -192,7 +200,64 @@ impl RaftLoop {
         }
         self.node.advance(rd);
         if let Some(i) = last_applied {
+            self.applied_index = i;
             self.shared.set_applied(i);
+            if i.saturating_sub(self.snapshot_index) > self.shared.cfg.snapshot_count {
+                self.snapshot()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes a raft snapshot at the applied index (etcd's --snapshot-count): the backend is
+    /// committed first (the snapshot promises the db holds everything up to it), then the .snap
+    /// file, the WAL marker, the log compaction and the purge of old files.
+    fn snapshot(&mut self) -> Result<(), String> {
+        let index = self.applied_index;
+        self.shared
+            .kv
+            .backend()
+            .force_commit()
+            .map_err(|e| format!("backend commit before a snapshot failed: {e}"))?;
+        let snap: Snapshot = self
+            .node
+            .storage_mut()
+            .create_snapshot(index, Some(self.conf_state.clone()), Vec::new())
+            .map_err(|e| format!("creating a snapshot at {index} failed: {e}"))?
+            .clone();
+        let term = snap.metadata.as_ref().map(|m| m.term).unwrap_or(0);
+        self.snapshotter
+            .save_snap(&snap)
+            .map_err(|e| format!("saving the snapshot at {index} failed: {e}"))?;
+        self.wal
+            .save_snapshot(&walpb::Snapshot {
+                index,
+                term,
+                conf_state: Some(self.conf_state.clone()),
+            })
+            .map_err(|e| format!("saving the snapshot marker at {index} failed: {e}"))?;
+        self.wal.release_lock_to(index);
+        if index > CATCH_UP_ENTRIES {
+            let _ = self.node.storage_mut().compact(index - CATCH_UP_ENTRIES);
+        }
+        self.snapshot_index = index;
+        tracing::info!(snapshot_index = index, term, "saved snapshot");
+        let cfg = &self.shared.cfg;
+        match common::wal::purge(&cfg.wal_dir(), cfg.max_wals) {
+            Ok(removed) => {
+                for f in removed {
+                    tracing::info!(path = %f.display(), "purged file");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "failed to purge WAL files"),
+        }
+        match self.snapshotter.purge(cfg.max_snapshots) {
+            Ok(removed) => {
+                for f in removed {
+                    tracing::info!(path = %f.display(), "purged file");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "failed to purge snap files"),
         }
         Ok(())
     }
@@ -235,6 +300,7 @@ impl RaftLoop {
                 };
                 let cs = self.node.apply_conf_change(&cc);
                 tracing::info!(voters = ?cs.voters, learners = ?cs.learners, "applied a configuration change");
+                self.conf_state = cs;
                 if cc.r#type == ConfChangeType::ConfChangeAddNode as i32
                     || cc.r#type == ConfChangeType::ConfChangeAddLearnerNode as i32
                 {

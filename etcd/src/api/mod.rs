@@ -6,3 +6,4 @@ pub mod errors;
 pub mod kv;
 pub mod maintenance;
 pub mod serve;
+pub mod watch;

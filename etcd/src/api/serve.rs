@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use proto::etcdserverpb::{
     cluster_server::ClusterServer, kv_server::KvServer, maintenance_server::MaintenanceServer,
+    watch_server::WatchServer,
 };
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
@@ -12,6 +13,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 use super::cluster::ClusterService;
 use super::kv::KvService;
 use super::maintenance::MaintenanceService;
+use super::watch::WatchService;
 use crate::config::Url;
 use crate::server::EtcdServer;
 
@@ -58,6 +60,12 @@ pub async fn serve(
         )
         .add_service(
             MaintenanceServer::new(MaintenanceService {
+                server: server.clone(),
+            })
+            .max_decoding_message_size(max),
+        )
+        .add_service(
+            WatchServer::new(WatchService {
                 server: server.clone(),
             })
             .max_decoding_message_size(max),

@@ -55,6 +55,8 @@ pub struct KvStore {
     backend: Arc<Batch>,
     write: Mutex<()>,
     state: RwLock<State>,
+    /// The current revision, for watchers to wait on (they read the events themselves).
+    rev_tx: tokio::sync::watch::Sender<i64>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -114,12 +116,14 @@ impl KvStore {
             }
             start = next;
         }
+        let current_rev = current_rev.max(finished).max(scheduled);
         let store = KvStore {
             backend,
             write: Mutex::new(()),
+            rev_tx: tokio::sync::watch::Sender::new(current_rev),
             state: RwLock::new(State {
                 index,
-                current_rev: current_rev.max(finished).max(scheduled),
+                current_rev,
                 compact_rev: finished,
                 consistent_index,
                 term,
@@ -204,6 +208,52 @@ impl KvStore {
             count,
             rev: cur,
         })
+    }
+
+    /// A receiver that changes whenever the current revision does.
+    pub fn subscribe_rev(&self) -> tokio::sync::watch::Receiver<i64> {
+        self.rev_tx.subscribe()
+    }
+
+    /// The changes with main revision in `[from, to]`, in revision order, at most `limit`
+    /// (0 = all): what a watcher catching up from `from` replays. Deletes carry the key and
+    /// their revision only, as etcd's events do.
+    pub fn events(&self, from: i64, to: i64, limit: usize) -> Result<Vec<Event>> {
+        if from > to {
+            return Ok(Vec::new());
+        }
+        if from < self.compact_rev() {
+            return Err(MvccError::Compacted);
+        }
+        let start = Revision::new(from, 0).to_bytes();
+        let end = Revision::new(to + 1, 0).to_bytes();
+        let rows = self
+            .backend
+            .range(buckets::KEY, &start, Some(&end), limit)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for (k, v) in rows {
+            let rev = Revision::from_bytes(&k).ok_or_else(|| {
+                MvccError::Corrupt(format!("bad revision key {k:?} in the key bucket"))
+            })?;
+            let mut kv = KeyValue::decode(v.as_slice())
+                .map_err(|e| MvccError::Corrupt(format!("bad key-value at revision {rev}: {e}")))?;
+            let typ = if is_tombstone(&k) {
+                kv.mod_revision = rev.main;
+                EventType::Delete
+            } else {
+                EventType::Put
+            };
+            out.push(Event {
+                r#type: typ as i32,
+                kv: Some(kv),
+                prev_kv: None,
+            });
+        }
+        if from < self.compact_rev() {
+            // A compaction ran while we read: what we read may have holes.
+            return Err(MvccError::Compacted);
+        }
+        Ok(out)
     }
 
     /// Starts the write transaction of one applied request. Only one exists at a time.
@@ -467,7 +517,14 @@ impl<'a> WriteTxn<'a> {
             st.consistent_index = index;
             st.term = term;
         }
-        st.current_rev
+        let rev = st.current_rev;
+        drop(st);
+        self.store.rev_tx.send_if_modified(|r| {
+            let changed = *r != rev;
+            *r = rev;
+            changed
+        });
+        rev
     }
 }
 

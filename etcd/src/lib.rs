@@ -4,6 +4,7 @@
 pub mod api;
 pub mod apply;
 pub mod config;
+pub mod lease;
 pub mod logging;
 pub mod membership;
 pub mod mvcc;

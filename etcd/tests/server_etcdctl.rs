@@ -46,6 +46,44 @@ fn ctl(e: &RealEtcd, args: &[&str], stdin: Option<&str>) -> (i32, String, String
     )
 }
 
+/// Grants, attaches, inspects, renews and revokes a lease; returns what etcdctl printed with
+/// the lease id replaced.
+fn lease_script(e: &RealEtcd) -> Vec<(i32, String, String)> {
+    let (_, granted, _) = ctl(e, &["lease", "grant", "100"], None);
+    let id = granted
+        .split_whitespace()
+        .nth(1)
+        .expect("lease id")
+        .to_string();
+    let lease_flag = format!("--lease={id}");
+    let steps: Vec<Vec<&str>> = vec![
+        vec!["put", "lk", "v", &lease_flag],
+        vec!["put", "lk2", "v", &lease_flag],
+        vec!["lease", "timetolive", &id, "--keys"],
+        vec!["lease", "list"],
+        vec!["lease", "keep-alive", "--once", &id],
+        vec!["get", "lk", "-w", "json"],
+        vec!["lease", "revoke", &id],
+        vec!["get", "lk", "--prefix"],
+        vec!["lease", "timetolive", &id],
+        vec!["lease", "revoke", &id],
+        vec!["put", "x", "v", "--lease=1234"],
+        vec!["lease", "grant", "9000000001"],
+    ];
+    let mut out = vec![(0, granted.replace(&id, "<LEASE>"), String::new())];
+    let id_dec = i64::from_str_radix(&id, 16).unwrap_or(0).to_string();
+    for args in steps {
+        let (c, o, err) = ctl(e, &args, None);
+        // A second may tick between grant and timetolive on either server.
+        let o = o
+            .replace(&id, "<LEASE>")
+            .replace(&id_dec, "<LEASE>")
+            .replace("remaining(99s)", "remaining(100s)");
+        out.push((c, o, err.replace(&id, "<LEASE>")));
+    }
+    out
+}
+
 /// Runs a (never ending) etcdctl watch for a second and returns what it printed.
 fn watch_for_a_second(e: &RealEtcd, args: &[&str]) -> String {
     let mut c = Command::new("etcdctl")
@@ -205,6 +243,15 @@ fn real_etcdctl_sees_the_same_as_against_real_etcd() {
             "etcdctl {args:?}"
         );
     }
+    // Leases: the ids differ (random on both), the rest must not.
+    let norm = |v: Vec<(i32, String, String)>, e: &RealEtcd, m, c| -> Vec<(i32, String, String)> {
+        v.into_iter()
+            .map(|(code, o, err)| (code, normalise(&o, e, m, c), err))
+            .collect()
+    };
+    let rl = norm(lease_script(&real), &real, rm, rc);
+    let ol = norm(lease_script(&ours), &ours, om, oc);
+    assert_eq!(ol, rl, "lease commands");
     // The script is mostly commands that work and print something: a typo that fails on both
     // servers alike would otherwise compare nothing.
     assert!(
@@ -242,4 +289,32 @@ fn acknowledged_writes_survive_kill_9_and_revisions_continue() {
     assert_eq!(v["header"]["revision"], 52);
     let (_, out, _) = ctl(&ours, &["get", "k049", "--print-value-only"], None);
     assert_eq!(out.trim(), "v49");
+}
+
+#[test]
+fn leases_survive_a_restart_and_then_expire_with_their_keys() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut ours = RealEtcd::start_bin(OURS, &tmp.path().join("ours"), "node", &[]);
+    let (_, granted, _) = ctl(&ours, &["lease", "grant", "4"], None);
+    let id = granted.split_whitespace().nth(1).unwrap().to_string();
+    let (code, _, err) = ctl(&ours, &["put", "temp", "v", &format!("--lease={id}")], None);
+    assert_eq!(code, 0, "{err}");
+    ours.restart(OURS, &[]);
+    let (_, ttl, _) = ctl(&ours, &["lease", "timetolive", &id, "--keys"], None);
+    assert!(ttl.contains("attached keys([temp])"), "{ttl}");
+    // TTL 4s plus the election timeout a restarted leader grants: gone within ~8s.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let (_, out, _) = ctl(&ours, &["get", "temp", "--print-value-only"], None);
+        if out.trim().is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lease never expired"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    let (_, ttl, _) = ctl(&ours, &["lease", "timetolive", &id], None);
+    assert!(ttl.contains("already expired"), "{ttl}");
 }

@@ -4,6 +4,7 @@
 pub mod cluster;
 pub mod errors;
 pub mod kv;
+pub mod lease;
 pub mod maintenance;
 pub mod serve;
 pub mod watch;

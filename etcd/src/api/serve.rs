@@ -4,14 +4,15 @@
 use std::sync::Arc;
 
 use proto::etcdserverpb::{
-    cluster_server::ClusterServer, kv_server::KvServer, maintenance_server::MaintenanceServer,
-    watch_server::WatchServer,
+    cluster_server::ClusterServer, kv_server::KvServer, lease_server::LeaseServer,
+    maintenance_server::MaintenanceServer, watch_server::WatchServer,
 };
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 
 use super::cluster::ClusterService;
 use super::kv::KvService;
+use super::lease::LeaseService;
 use super::maintenance::MaintenanceService;
 use super::watch::WatchService;
 use crate::config::Url;
@@ -66,6 +67,12 @@ pub async fn serve(
         )
         .add_service(
             WatchServer::new(WatchService {
+                server: server.clone(),
+            })
+            .max_decoding_message_size(max),
+        )
+        .add_service(
+            LeaseServer::new(LeaseService {
                 server: server.clone(),
             })
             .max_decoding_message_size(max),

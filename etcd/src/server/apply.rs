@@ -3,13 +3,17 @@
 
 use prost::Message;
 use proto::etcdserverpb::{
-    CompactionResponse, DeleteRangeResponse, InternalRaftRequest, PutResponse, RangeRequest,
-    Request, RequestOp, TxnRequest, TxnResponse, request_op,
+    CompactionResponse, DeleteRangeResponse, InternalRaftRequest, LeaseGrantResponse,
+    LeaseRevokeResponse, PutResponse, RangeRequest, Request, RequestOp, TxnRequest, TxnResponse,
+    request_op,
 };
+use proto::leasepb;
+use proto::mvccpb::{Event, event::EventType};
 use proto::raftpb::Entry;
 
 use crate::api::errors::{self, ApiError};
 use crate::apply::kv::{self, LeaseLookup};
+use crate::lease::{Lessor, MAX_LEASE_TTL};
 use crate::membership::Member;
 use crate::mvcc::{KeyRange, KvStore, MvccError};
 use common::backend::buckets;
@@ -21,6 +25,8 @@ pub enum Applied {
     DeleteRange(DeleteRangeResponse),
     Txn(TxnResponse),
     Compaction(CompactionResponse),
+    LeaseGrant(LeaseGrantResponse),
+    LeaseRevoke(LeaseRevokeResponse),
     /// A request with nothing to return (membership attributes, cluster version).
     Done,
 }
@@ -91,9 +97,10 @@ fn precheck_txn(
 pub fn apply_normal(
     store: &KvStore,
     e: &Entry,
-    leases: &dyn LeaseLookup,
+    lessor: &Lessor,
     effects: &mut Vec<Effect>,
 ) -> Option<(u64, Outcome)> {
+    let leases: &dyn LeaseLookup = lessor;
     if e.index <= store.consistent_index() {
         return None;
     }
@@ -139,6 +146,9 @@ pub fn apply_normal(
         .filter(|id| *id != 0)
         .unwrap_or(req.id);
     let mut compact_to = None;
+    // Lease table changes, made once the write txn is in.
+    let mut granted = None;
+    let mut revoked = None;
     let result = if let Some(p) = &req.put {
         kv::put(&mut w, p, leases).map(Applied::Put)
     } else if let Some(d) = &req.delete_range {
@@ -148,6 +158,44 @@ pub fn apply_normal(
     } else if let Some(c) = &req.compaction {
         compact_to = Some(c.revision);
         Ok(Applied::Compaction(CompactionResponse::default()))
+    } else if let Some(g) = &req.lease_grant {
+        if lessor.lease_exists(g.id) {
+            Err(errors::LEASE_EXIST)
+        } else if g.ttl > MAX_LEASE_TTL {
+            Err(errors::LEASE_TTL_TOO_LARGE)
+        } else {
+            let ttl = lessor.effective_ttl(g.ttl);
+            let rec = leasepb::Lease {
+                id: g.id,
+                ttl,
+                remaining_ttl: 0,
+            };
+            w.put_raw(buckets::LEASE, &g.id.to_be_bytes(), &rec.encode_to_vec());
+            granted = Some((g.id, ttl));
+            Ok(Applied::LeaseGrant(LeaseGrantResponse {
+                header: None,
+                id: g.id,
+                ttl,
+                error: String::new(),
+            }))
+        }
+    } else if let Some(r) = &req.lease_revoke {
+        match lessor.time_to_live(r.id) {
+            None => Err(errors::LEASE_NOT_FOUND),
+            Some((_, _, keys)) => {
+                // Every key of the lease goes in this one revision.
+                let mut res = Ok(());
+                for k in &keys {
+                    if let Err(err) = w.delete_range(KeyRange::new(k, b"")) {
+                        res = Err(kv::mvcc_error(err));
+                        break;
+                    }
+                }
+                w.delete_raw(buckets::LEASE, &r.id.to_be_bytes());
+                revoked = Some(r.id);
+                res.map(|()| Applied::LeaseRevoke(LeaseRevokeResponse::default()))
+            }
+        }
     } else if let Some(a) = &req.cluster_member_attr_set {
         let attrs = a.member_attributes.clone().unwrap_or_default();
         update_member(&mut w, a.member_id, &attrs.name, &attrs.client_urls);
@@ -171,9 +219,18 @@ pub fn apply_normal(
         Err(errors::NOT_CAPABLE)
     };
     let (rev, result) = match w.end(e.index, e.term) {
-        Ok((_events, rev)) => (rev, result),
+        Ok((events, rev)) => {
+            track_lease_keys(lessor, &events);
+            (rev, result)
+        }
         Err(err) => (0, Err(kv::mvcc_error(err))),
     };
+    if let Some((id, ttl)) = granted {
+        lessor.grant(id, ttl);
+    }
+    if let Some(id) = revoked {
+        lessor.revoke(id);
+    }
     let mut result = result;
     if let Some(at) = compact_to {
         result = match store.compact(at) {
@@ -193,6 +250,25 @@ pub fn apply_normal(
             revision: rev,
         },
     ))
+}
+
+/// Keeps the lessor's key sets in step with the writes: a put moves its key to its new lease,
+/// a delete takes it off its lease.
+fn track_lease_keys(lessor: &Lessor, events: &[Event]) {
+    for ev in events {
+        let Some(kv) = ev.kv.as_ref() else { continue };
+        let prev_lease = ev.prev_kv.as_ref().map(|p| p.lease).unwrap_or(0);
+        if ev.r#type == EventType::Put as i32 {
+            if prev_lease != 0 && prev_lease != kv.lease {
+                lessor.detach(prev_lease, &kv.key);
+            }
+            if kv.lease != 0 {
+                lessor.attach(kv.lease, &kv.key);
+            }
+        } else if prev_lease != 0 {
+            lessor.detach(prev_lease, &kv.key);
+        }
+    }
 }
 
 fn update_member(w: &mut crate::mvcc::WriteTxn<'_>, id: u64, name: &str, client_urls: &[String]) {

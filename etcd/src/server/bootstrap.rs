@@ -14,6 +14,7 @@ use proto::etcdserverpb::Metadata;
 use proto::walpb;
 
 use crate::config::{ClusterState, Config};
+use crate::lease::Lessor;
 use crate::membership::{self, Member};
 use crate::mvcc::KvStore;
 use crate::raft::{self, MemStorage, Peer, RawNode};
@@ -50,6 +51,7 @@ pub struct Booted {
     pub wal: Wal,
     pub snapshotter: Snapshotter,
     pub kv: Arc<KvStore>,
+    pub lessor: Arc<Lessor>,
     pub member_id: u64,
     pub cluster_id: u64,
     pub members: Vec<Member>,
@@ -193,6 +195,7 @@ fn new_member(cfg: &Config) -> Result<Booted, BootError> {
         node,
         wal,
         snapshotter: Snapshotter::new(cfg.snap_dir()),
+        lessor: load_leases(cfg, &kv),
         kv,
         member_id: me.id,
         cluster_id,
@@ -284,6 +287,7 @@ fn restart(cfg: &Config) -> Result<Booted, BootError> {
         node,
         wal,
         snapshotter,
+        lessor: load_leases(cfg, &kv),
         kv,
         member_id: meta.node_id,
         cluster_id: meta.cluster_id,
@@ -301,4 +305,28 @@ pub fn load_members(kv: &KvStore) -> Vec<Member> {
         .into_iter()
         .filter_map(|(_, v)| Member::from_json(&v).ok())
         .collect()
+}
+
+/// The leases in the backend, with the keys that name them attached, each given a full TTL
+/// plus an election timeout (nobody knows when they were last renewed).
+pub fn load_leases(cfg: &Config, kv: &KvStore) -> Arc<Lessor> {
+    let ticks = cfg.election_ticks() as u64;
+    let min_ttl_ms = (3 * ticks / 2) * cfg.heartbeat_interval.as_millis() as u64;
+    let lessor = Arc::new(Lessor::new(min_ttl_ms.div_ceil(1000) as i64));
+    let rows = kv
+        .backend()
+        .range(buckets::LEASE, &[0u8; 8], Some(&[0xff; 9]), 0)
+        .unwrap_or_default();
+    for (_, v) in rows {
+        if let Ok(l) = proto::leasepb::Lease::decode(v.as_slice()) {
+            lessor.grant(l.id, l.ttl);
+        }
+    }
+    if let Ok(all) = kv.range(crate::mvcc::KeyRange::new(b"\0", b"\0"), 0, 0) {
+        for k in all.kvs.iter().filter(|k| k.lease != 0) {
+            lessor.attach(k.lease, &k.key);
+        }
+    }
+    lessor.extend_all(cfg.election_timeout);
+    lessor
 }

@@ -16,6 +16,7 @@ use tokio::sync::{oneshot, watch};
 
 use crate::api::errors::{self, ApiError};
 use crate::config::Config;
+use crate::lease::Lessor;
 use crate::membership::Member;
 use crate::mvcc::KvStore;
 use apply::Outcome;
@@ -28,6 +29,7 @@ pub struct Shared {
     pub member_id: u64,
     pub cluster_id: u64,
     pub kv: Arc<KvStore>,
+    pub lessor: Arc<Lessor>,
     pub wait: Wait<Outcome>,
     members: RwLock<Vec<Member>>,
     leader: AtomicU64,
@@ -100,6 +102,7 @@ impl EtcdServer {
             member_id: booted.member_id,
             cluster_id: booted.cluster_id,
             kv: booted.kv.clone(),
+            lessor: booted.lessor.clone(),
             wait: Wait::default(),
             members: RwLock::new(booted.members.clone()),
             leader: AtomicU64::new(0),
@@ -142,6 +145,19 @@ impl EtcdServer {
 
     pub fn kv(&self) -> &Arc<KvStore> {
         &self.shared.kv
+    }
+
+    pub fn lessor(&self) -> &Arc<Lessor> {
+        &self.shared.lessor
+    }
+
+    /// A fresh id for a lease granted without one (positive, unique across restarts).
+    pub fn next_lease_id(&self) -> i64 {
+        (self.ids.next() & (i64::MAX as u64)) as i64
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.shared.is_leader.load(Ordering::SeqCst)
     }
 
     pub fn member_id(&self) -> u64 {

@@ -16,7 +16,6 @@ use tokio::sync::oneshot;
 use super::Shared;
 use super::apply::{self, Effect};
 use crate::api::errors;
-use crate::apply::kv::NoLeases;
 use crate::membership::Member;
 use crate::raft::{MemStorage, RawNode, StateRole};
 use common::snap::Snapshotter;
@@ -267,7 +266,7 @@ impl RaftLoop {
             Ok(EntryType::EntryNormal) => {
                 let mut effects = Vec::new();
                 if let Some((id, outcome)) =
-                    apply::apply_normal(&self.shared.kv, e, &NoLeases, &mut effects)
+                    apply::apply_normal(&self.shared.kv, e, &self.shared.lessor, &mut effects)
                     && id != 0
                 {
                     self.shared.wait.trigger(id, outcome);

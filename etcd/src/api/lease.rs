@@ -1,0 +1,179 @@
+// The Lease service: Grant and Revoke go through raft; KeepAlive, TimeToLive and Leases are
+// answered by this member's lessor (the leader's, in a single-member cluster).
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use proto::etcdserverpb::{
+    InternalRaftRequest, LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest,
+    LeaseKeepAliveResponse, LeaseLeasesRequest, LeaseLeasesResponse, LeaseRevokeRequest,
+    LeaseRevokeResponse, LeaseStatus, LeaseTimeToLiveRequest, LeaseTimeToLiveResponse,
+    lease_server::Lease,
+};
+use tokio::sync::mpsc;
+use tokio_stream::{Stream, StreamExt, wrappers::ReceiverStream};
+use tonic::{Request, Response, Status, Streaming};
+
+use super::errors;
+use crate::lease::MAX_LEASE_TTL;
+use crate::server::EtcdServer;
+use crate::server::apply::Applied;
+
+pub struct LeaseService {
+    pub server: Arc<EtcdServer>,
+}
+
+fn unexpected() -> Status {
+    tracing::error!("apply returned a result of the wrong kind");
+    errors::CORRUPT.status()
+}
+
+#[tonic::async_trait]
+impl Lease for LeaseService {
+    async fn lease_grant(
+        &self,
+        r: Request<LeaseGrantRequest>,
+    ) -> Result<Response<LeaseGrantResponse>, Status> {
+        let mut r = r.into_inner();
+        if r.ttl > MAX_LEASE_TTL {
+            return Err(errors::LEASE_TTL_TOO_LARGE.status());
+        }
+        if r.id == 0 {
+            r.id = self.server.next_lease_id();
+        }
+        let out = self
+            .server
+            .propose(InternalRaftRequest {
+                lease_grant: Some(r),
+                ..Default::default()
+            })
+            .await?;
+        match out.result? {
+            Applied::LeaseGrant(mut g) => {
+                g.header = self.server.header(out.revision);
+                Ok(Response::new(g))
+            }
+            _ => Err(unexpected()),
+        }
+    }
+
+    async fn lease_revoke(
+        &self,
+        r: Request<LeaseRevokeRequest>,
+    ) -> Result<Response<LeaseRevokeResponse>, Status> {
+        let out = self
+            .server
+            .propose(InternalRaftRequest {
+                lease_revoke: Some(r.into_inner()),
+                ..Default::default()
+            })
+            .await?;
+        match out.result? {
+            Applied::LeaseRevoke(mut g) => {
+                g.header = self.server.header(out.revision);
+                Ok(Response::new(g))
+            }
+            _ => Err(unexpected()),
+        }
+    }
+
+    type LeaseKeepAliveStream =
+        Pin<Box<dyn Stream<Item = Result<LeaseKeepAliveResponse, Status>> + Send>>;
+
+    async fn lease_keep_alive(
+        &self,
+        r: Request<Streaming<LeaseKeepAliveRequest>>,
+    ) -> Result<Response<Self::LeaseKeepAliveStream>, Status> {
+        let mut inbound = r.into_inner();
+        let (tx, rx) = mpsc::channel(16);
+        let server = self.server.clone();
+        tokio::spawn(async move {
+            while let Some(Ok(req)) = inbound.next().await {
+                // An unknown (expired or revoked) lease answers TTL 0, as etcd's.
+                let ttl = server.lessor().renew(req.id).unwrap_or(0);
+                let resp = LeaseKeepAliveResponse {
+                    header: server.header(server.kv().current_rev()),
+                    id: req.id,
+                    ttl,
+                };
+                if tx.send(Ok(resp)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn lease_time_to_live(
+        &self,
+        r: Request<LeaseTimeToLiveRequest>,
+    ) -> Result<Response<LeaseTimeToLiveResponse>, Status> {
+        let r = r.into_inner();
+        let header = self.server.header(self.server.kv().current_rev());
+        // An unknown lease answers TTL -1 (etcdctl prints "already expired").
+        let resp = match self.server.lessor().time_to_live(r.id) {
+            Some((left, granted, keys)) => LeaseTimeToLiveResponse {
+                header,
+                id: r.id,
+                ttl: left,
+                granted_ttl: granted,
+                keys: if r.keys { keys } else { Vec::new() },
+            },
+            None => LeaseTimeToLiveResponse {
+                header,
+                id: r.id,
+                ttl: -1,
+                granted_ttl: 0,
+                keys: Vec::new(),
+            },
+        };
+        Ok(Response::new(resp))
+    }
+
+    async fn lease_leases(
+        &self,
+        _r: Request<LeaseLeasesRequest>,
+    ) -> Result<Response<LeaseLeasesResponse>, Status> {
+        Ok(Response::new(LeaseLeasesResponse {
+            header: self.server.header(self.server.kv().current_rev()),
+            leases: self
+                .server
+                .lessor()
+                .ids()
+                .into_iter()
+                .map(|id| LeaseStatus { id })
+                .collect(),
+        }))
+    }
+}
+
+/// Revokes expired leases through raft while this member leads (etcd's lease expiry loop).
+pub async fn expire_leases(server: Arc<EtcdServer>) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(500));
+    let mut was_leader = false;
+    loop {
+        tick.tick().await;
+        let leader = server.is_leader();
+        if leader && !was_leader {
+            server.lessor().extend_all(server.cfg().election_timeout);
+        }
+        was_leader = leader;
+        if !leader {
+            continue;
+        }
+        for id in server.lessor().expired() {
+            let req = InternalRaftRequest {
+                lease_revoke: Some(LeaseRevokeRequest { id }),
+                ..Default::default()
+            };
+            match server.propose(req).await {
+                Ok(_) => {
+                    tracing::info!(lease_id = %format!("{id:016x}"), "revoked an expired lease")
+                }
+                Err(e) => {
+                    tracing::warn!(lease_id = %format!("{id:016x}"), error = %e, "failed to revoke an expired lease")
+                }
+            }
+        }
+    }
+}

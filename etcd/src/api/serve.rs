@@ -8,7 +8,10 @@ use proto::etcdserverpb::{
     maintenance_server::MaintenanceServer, watch_server::WatchServer,
 };
 use tokio::net::TcpListener;
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::TcpListenerStream;
+
+use super::authority::AuthorityFix;
 
 use super::cluster::ClusterService;
 use super::kv::KvService;
@@ -78,6 +81,9 @@ pub async fn serve(
             .max_decoding_message_size(max),
         )
         .add_service(ClusterServer::new(ClusterService { server }).max_decoding_message_size(max))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .serve_with_incoming_shutdown(
+            TcpListenerStream::new(listener).map(|s| s.map(AuthorityFix::new)),
+            shutdown,
+        )
         .await
 }

@@ -1,0 +1,344 @@
+// Accepts the HTTP/2 `:authority` that etcd 3.4's Go clients send for per-endpoint calls
+// (`http://127.0.0.1:2379`, scheme included): Rust's h2 rejects it as malformed (the stream is
+// reset with PROTOCOL_ERROR) where Go's grpc server takes it. This wrapper sits between the
+// socket and the HTTP/2 server, decodes each request header block (HPACK), strips a scheme
+// from `:authority`, and re-encodes the block; every other byte passes through unchanged.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+const PREFACE_LEN: usize = 24;
+const FRAME_HEADER_LEN: usize = 9;
+const TYPE_HEADERS: u8 = 0x1;
+const TYPE_CONTINUATION: u8 = 0x9;
+const FLAG_END_STREAM: u8 = 0x1;
+const FLAG_END_HEADERS: u8 = 0x4;
+const FLAG_PADDED: u8 = 0x8;
+const FLAG_PRIORITY: u8 = 0x20;
+/// The frame size every HTTP/2 peer must accept (re-encoded blocks are split to fit).
+const MAX_FRAME: usize = 16_384;
+
+struct PendingBlock {
+    stream_id: u32,
+    end_stream: bool,
+    block: Vec<u8>,
+}
+
+/// The inbound side of one connection, rewritten frame by frame.
+pub struct AuthorityFix<S> {
+    inner: S,
+    inbuf: Vec<u8>,
+    out: Vec<u8>,
+    out_pos: usize,
+    preface_seen: bool,
+    pending: Option<PendingBlock>,
+    decoder: loona_hpack::Decoder<'static>,
+    encoder: loona_hpack::Encoder<'static>,
+    eof: bool,
+}
+
+impl<S> AuthorityFix<S> {
+    pub fn new(inner: S) -> AuthorityFix<S> {
+        AuthorityFix {
+            inner,
+            inbuf: Vec::new(),
+            out: Vec::new(),
+            out_pos: 0,
+            preface_seen: false,
+            pending: None,
+            decoder: loona_hpack::Decoder::new(),
+            encoder: loona_hpack::Encoder::new(),
+            eof: false,
+        }
+    }
+
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+}
+
+/// `http://host:port[/...]` → `host:port`; anything else is returned unchanged.
+pub fn fix_authority(v: &[u8]) -> Option<Vec<u8>> {
+    let s = std::str::from_utf8(v).ok()?;
+    let (_, rest) = s.split_once("://")?;
+    let host = rest.split('/').next().unwrap_or(rest);
+    Some(host.as_bytes().to_vec())
+}
+
+fn bad(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg)
+}
+
+impl<S> AuthorityFix<S> {
+    /// Moves complete frames from `inbuf` to `out`, rewriting header blocks.
+    fn process(&mut self) -> io::Result<()> {
+        if !self.preface_seen {
+            if self.inbuf.len() < PREFACE_LEN {
+                return Ok(());
+            }
+            self.out.extend(self.inbuf.drain(..PREFACE_LEN));
+            self.preface_seen = true;
+        }
+        loop {
+            if self.inbuf.len() < FRAME_HEADER_LEN {
+                return Ok(());
+            }
+            let len = ((self.inbuf[0] as usize) << 16)
+                | ((self.inbuf[1] as usize) << 8)
+                | self.inbuf[2] as usize;
+            if self.inbuf.len() < FRAME_HEADER_LEN + len {
+                return Ok(());
+            }
+            let typ = self.inbuf[3];
+            let flags = self.inbuf[4];
+            let stream_id =
+                u32::from_be_bytes([self.inbuf[5], self.inbuf[6], self.inbuf[7], self.inbuf[8]])
+                    & 0x7fff_ffff;
+            let frame: Vec<u8> = self.inbuf.drain(..FRAME_HEADER_LEN + len).collect();
+            let payload = &frame[FRAME_HEADER_LEN..];
+            match typ {
+                TYPE_HEADERS => {
+                    let mut start = 0;
+                    let mut end = payload.len();
+                    if flags & FLAG_PADDED != 0 {
+                        let pad = *payload
+                            .first()
+                            .ok_or_else(|| bad("empty padded HEADERS frame".into()))?
+                            as usize;
+                        start = 1;
+                        end = end
+                            .checked_sub(pad)
+                            .ok_or_else(|| bad("HEADERS padding longer than the frame".into()))?;
+                    }
+                    if flags & FLAG_PRIORITY != 0 {
+                        start += 5;
+                    }
+                    if start > end {
+                        return Err(bad("malformed HEADERS frame".into()));
+                    }
+                    let block = PendingBlock {
+                        stream_id,
+                        end_stream: flags & FLAG_END_STREAM != 0,
+                        block: payload[start..end].to_vec(),
+                    };
+                    if flags & FLAG_END_HEADERS != 0 {
+                        self.emit(block)?;
+                    } else {
+                        self.pending = Some(block);
+                    }
+                }
+                TYPE_CONTINUATION => {
+                    let mut block = self
+                        .pending
+                        .take()
+                        .ok_or_else(|| bad("CONTINUATION without HEADERS".into()))?;
+                    block.block.extend_from_slice(payload);
+                    if flags & FLAG_END_HEADERS != 0 {
+                        self.emit(block)?;
+                    } else {
+                        self.pending = Some(block);
+                    }
+                }
+                _ => self.out.extend_from_slice(&frame),
+            }
+        }
+    }
+
+    fn emit(&mut self, b: PendingBlock) -> io::Result<()> {
+        let headers = self
+            .decoder
+            .decode(&b.block)
+            .map_err(|e| bad(format!("undecodable request headers: {e:?}")))?;
+        let fixed: Vec<(Vec<u8>, Vec<u8>)> = headers
+            .into_iter()
+            .map(|(n, v)| {
+                if n == b":authority"
+                    && let Some(f) = fix_authority(&v)
+                {
+                    (n, f)
+                } else {
+                    (n, v)
+                }
+            })
+            .collect();
+        let block = self
+            .encoder
+            .encode(fixed.iter().map(|(n, v)| (n.as_slice(), v.as_slice())));
+        let chunks: Vec<&[u8]> = if block.is_empty() {
+            vec![&[][..]]
+        } else {
+            block.chunks(MAX_FRAME).collect()
+        };
+        for (i, chunk) in chunks.iter().enumerate() {
+            let last = i + 1 == chunks.len();
+            let (typ, mut flags) = if i == 0 {
+                (TYPE_HEADERS, if b.end_stream { FLAG_END_STREAM } else { 0 })
+            } else {
+                (TYPE_CONTINUATION, 0)
+            };
+            if last {
+                flags |= FLAG_END_HEADERS;
+            }
+            let len = chunk.len();
+            self.out.extend_from_slice(&[
+                (len >> 16) as u8,
+                (len >> 8) as u8,
+                len as u8,
+                typ,
+                flags,
+            ]);
+            self.out.extend_from_slice(&b.stream_id.to_be_bytes());
+            self.out.extend_from_slice(chunk);
+        }
+        Ok(())
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for AuthorityFix<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        loop {
+            if this.out_pos < this.out.len() {
+                let n = (this.out.len() - this.out_pos).min(buf.remaining());
+                buf.put_slice(&this.out[this.out_pos..this.out_pos + n]);
+                this.out_pos += n;
+                if this.out_pos == this.out.len() {
+                    this.out.clear();
+                    this.out_pos = 0;
+                }
+                return Poll::Ready(Ok(()));
+            }
+            if this.eof {
+                return Poll::Ready(Ok(()));
+            }
+            let mut tmp = [0u8; 16 * 1024];
+            let mut rb = ReadBuf::new(&mut tmp);
+            match Pin::new(&mut this.inner).poll_read(cx, &mut rb) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Ready(Ok(())) => {
+                    let got = rb.filled();
+                    if got.is_empty() {
+                        this.eof = true;
+                        // Whatever is left unparsed goes through as is; the server will
+                        // judge the truncated frame.
+                        let rest = std::mem::take(&mut this.inbuf);
+                        this.out.extend(rest);
+                        continue;
+                    }
+                    this.inbuf.extend_from_slice(got);
+                    if let Err(e) = this.process() {
+                        return Poll::Ready(Err(e));
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for AuthorityFix<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+impl tonic::transport::server::Connected for AuthorityFix<tokio::net::TcpStream> {
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.inner.connect_info()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strips_scheme_and_path() {
+        assert_eq!(
+            fix_authority(b"http://127.0.0.1:2379"),
+            Some(b"127.0.0.1:2379".to_vec())
+        );
+        assert_eq!(fix_authority(b"https://h:1/x"), Some(b"h:1".to_vec()));
+        assert_eq!(fix_authority(b"127.0.0.1:2379"), None);
+    }
+
+    #[test]
+    fn rewrites_header_blocks_and_passes_other_frames() {
+        let mut client_enc = loona_hpack::Encoder::new();
+        let block = client_enc.encode([
+            (&b":method"[..], &b"POST"[..]),
+            (b":authority", b"http://127.0.0.1:2379"),
+            (b":path", b"/etcdserverpb.Maintenance/Status"),
+        ]);
+        let mut wire = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        // HEADERS split over a CONTINUATION, then a DATA frame.
+        let (a, b) = block.split_at(block.len() / 2);
+        wire.extend_from_slice(&[0, 0, a.len() as u8, TYPE_HEADERS, 0, 0, 0, 0, 1]);
+        wire.extend_from_slice(a);
+        wire.extend_from_slice(&[
+            0,
+            0,
+            b.len() as u8,
+            TYPE_CONTINUATION,
+            FLAG_END_HEADERS,
+            0,
+            0,
+            0,
+            1,
+        ]);
+        wire.extend_from_slice(b);
+        wire.extend_from_slice(&[0, 0, 3, 0x0, FLAG_END_STREAM, 0, 0, 0, 1, 7, 8, 9]);
+
+        let mut fix = AuthorityFix::new(());
+        // Feed it in awkward pieces.
+        for piece in wire.chunks(5) {
+            fix.inbuf.extend_from_slice(piece);
+            fix.process().unwrap();
+        }
+        let out = fix.out.clone();
+        assert_eq!(&out[..24], b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+        let len = ((out[24] as usize) << 16) | ((out[25] as usize) << 8) | out[26] as usize;
+        assert_eq!(out[27], TYPE_HEADERS);
+        assert_eq!(out[28] & FLAG_END_HEADERS, FLAG_END_HEADERS);
+        let mut server_dec = loona_hpack::Decoder::new();
+        let headers = server_dec.decode(&out[33..33 + len]).unwrap();
+        assert!(headers.contains(&(b":authority".to_vec(), b"127.0.0.1:2379".to_vec())));
+        assert_eq!(
+            &out[33 + len..],
+            &[0, 0, 3, 0x0, FLAG_END_STREAM, 0, 0, 0, 1, 7, 8, 9]
+        );
+    }
+}

@@ -243,6 +243,14 @@ fn real_etcdctl_sees_the_same_as_against_real_etcd() {
             "etcdctl {args:?}"
         );
     }
+    // The same history gives the same HashKV as etcd's.
+    let hash = |e: &RealEtcd| -> serde_json::Value {
+        let (code, out, err) = ctl(e, &["endpoint", "hashkv", "-w", "json"], None);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        v[0]["HashKV"]["hash"].clone()
+    };
+    assert_eq!(hash(&ours), hash(&real), "endpoint hashkv");
     // Leases: the ids differ (random on both), the rest must not.
     let norm = |v: Vec<(i32, String, String)>, e: &RealEtcd, m, c| -> Vec<(i32, String, String)> {
         v.into_iter()

@@ -1,6 +1,6 @@
-// The Maintenance service: Status, Alarm (list; this server raises none yet), Snapshot (a
-// consistent db image with etcd's sha256 trailer) and MoveLeader for a single member.
-// Defragment, Hash, HashKV and Downgrade answer `unimplemented` until they are built.
+// The Maintenance service: Status, Alarm (list; this server raises none yet), HashKV,
+// Snapshot (a consistent db image with etcd's sha256 trailer) and MoveLeader for a single
+// member. Defragment, Hash and Downgrade answer `unimplemented` until they are built.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -87,11 +87,19 @@ impl Maintenance for MaintenanceService {
         Err(not_yet("Hash"))
     }
 
-    async fn hash_kv(
-        &self,
-        _r: Request<HashKvRequest>,
-    ) -> Result<Response<HashKvResponse>, Status> {
-        Err(not_yet("HashKV"))
+    async fn hash_kv(&self, r: Request<HashKvRequest>) -> Result<Response<HashKvResponse>, Status> {
+        let rev = r.into_inner().revision;
+        let store = self.server.kv().clone();
+        let (hash, hashed, compact) = tokio::task::spawn_blocking(move || store.hash_kv(rev))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?
+            .map_err(crate::apply::kv::mvcc_error)?;
+        Ok(Response::new(HashKvResponse {
+            header: self.server.header(self.server.kv().current_rev()),
+            hash,
+            compact_revision: compact,
+            hash_revision: hashed,
+        }))
     }
 
     type SnapshotStream = Pin<Box<dyn Stream<Item = Result<SnapshotResponse, Status>> + Send>>;

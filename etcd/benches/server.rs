@@ -1,0 +1,190 @@
+// Server benchmark, ours next to the real etcd 3.4 in the same run on the same disk: put
+// throughput with 1 and 64 clients, linearizable and serializable range throughput, peak RSS
+// after loading keys, and db size. Prints ratios (ours / etcd); absolute numbers drift.
+//
+// Run: scripts/bench.sh server   (needs Debian's etcd-server: scripts/deps.sh)
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use proto::etcdserverpb::{PutRequest, RangeRequest, kv_client::KvClient};
+use tonic::transport::Channel;
+
+const OURS: &str = env!("CARGO_BIN_EXE_etcd");
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+struct Server {
+    child: Child,
+    url: String,
+    data_dir: std::path::PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(bin: &str, dir: &std::path::Path) -> Server {
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let peer = format!("http://127.0.0.1:{}", free_port());
+    let child = Command::new(bin)
+        .args(["--name", "bench", "--data-dir"])
+        .arg(dir)
+        .args(["--listen-client-urls", &url, "--advertise-client-urls", &url])
+        .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
+        .args(["--initial-cluster", &format!("bench={peer}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {bin}: {e} (scripts/deps.sh installs etcd)"));
+    Server {
+        child,
+        url,
+        data_dir: dir.to_path_buf(),
+    }
+}
+
+async fn connect(url: &str) -> KvClient<Channel> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(mut c) = KvClient::connect(url.to_string()).await
+            && c.range(RangeRequest { key: b"x".to_vec(), ..Default::default() }).await.is_ok()
+        {
+            return c;
+        }
+        assert!(Instant::now() < deadline, "server at {url} did not come up");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Operations per second of `clients` concurrent loops for `secs`.
+async fn load(url: &str, clients: usize, secs: f64, op: &'static str) -> f64 {
+    let done = Arc::new(AtomicU64::new(0));
+    let stop_at = Instant::now() + Duration::from_secs_f64(secs);
+    let mut tasks = Vec::new();
+    // Several clients share one connection, as clientv3 programs do.
+    let conns: Vec<KvClient<Channel>> = {
+        let mut v = Vec::new();
+        for _ in 0..clients.div_ceil(16) {
+            v.push(connect(url).await);
+        }
+        v
+    };
+    for i in 0..clients {
+        let mut c = conns[i % conns.len()].clone();
+        let done = done.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while Instant::now() < stop_at {
+                let ok = match op {
+                    "put" => c
+                        .put(PutRequest {
+                            key: format!("bench-{i}-{}", n % 1000).into_bytes(),
+                            value: vec![b'v'; 256],
+                            ..Default::default()
+                        })
+                        .await
+                        .is_ok(),
+                    "range-l" | "range-s" => c
+                        .range(RangeRequest {
+                            key: format!("load-{:06}", n % 10_000).into_bytes(),
+                            serializable: op == "range-s",
+                            ..Default::default()
+                        })
+                        .await
+                        .is_ok(),
+                    _ => false,
+                };
+                if ok {
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+                n += 1;
+            }
+        }));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    done.load(Ordering::Relaxed) as f64 / secs
+}
+
+async fn load_keys(url: &str, n: usize) {
+    let mut tasks = Vec::new();
+    for w in 0..32 {
+        let mut c = connect(url).await;
+        tasks.push(tokio::spawn(async move {
+            for i in (w..n).step_by(32) {
+                let _ = c
+                    .put(PutRequest {
+                        key: format!("load-{i:06}").into_bytes(),
+                        value: vec![b'x'; 256],
+                        ..Default::default()
+                    })
+                    .await;
+            }
+        }));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+}
+
+fn peak_rss_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+fn main() {
+    let secs: f64 = std::env::var("BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(5.0);
+    let keys: usize = std::env::var("BENCH_KEYS").ok().and_then(|s| s.parse().ok()).unwrap_or(100_000);
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let mut rows: Vec<(String, f64, f64)> = Vec::new();
+    let mut results = Vec::new();
+    for (name, bin) in [("etcd", "etcd"), ("ours", OURS)] {
+        let s = start(bin, &tmp.path().join(name));
+        let url = s.url.clone();
+        let r = rt.block_on(async {
+            connect(&url).await;
+            let put1 = load(&url, 1, secs, "put").await;
+            let put64 = load(&url, 64, secs, "put").await;
+            load_keys(&url, keys).await;
+            let rl = load(&url, 64, secs, "range-l").await;
+            let rs = load(&url, 64, secs, "range-s").await;
+            (put1, put64, rl, rs)
+        });
+        let rss = peak_rss_kb(s.child.id());
+        let db = std::fs::metadata(s.data_dir.join("member/snap/db")).map(|m| m.len()).unwrap_or(0);
+        results.push((name, r, rss, db));
+    }
+    let (_, e, e_rss, e_db) = results[0];
+    let (_, o, o_rss, o_db) = results[1];
+    rows.push(("put/s, 1 client".into(), e.0, o.0));
+    rows.push(("put/s, 64 clients".into(), e.1, o.1));
+    rows.push(("range/s linearizable, 64 clients".into(), e.2, o.2));
+    rows.push(("range/s serializable, 64 clients".into(), e.3, o.3));
+    rows.push((format!("peak RSS KiB after {keys} keys"), e_rss as f64, o_rss as f64));
+    rows.push(("db size bytes".into(), e_db as f64, o_db as f64));
+    println!("server benchmark: {secs}s per load, 256-byte values, same machine and disk");
+    println!("{:<40} {:>14} {:>14} {:>10}", "", "etcd 3.4", "etcd-rs", "ours/etcd");
+    for (n, a, b) in rows {
+        let ratio = if a > 0.0 { b / a } else { 0.0 };
+        println!("{n:<40} {a:>14.0} {b:>14.0} {ratio:>10.2}");
+    }
+}

@@ -311,7 +311,12 @@ fn defrag_shrinks_and_keeps_every_key() {
     let reader = db.begin_read(); // an old reader must survive the defrag
     let before = std::fs::metadata(&path).unwrap().len();
     let hash_before = db.hash(&[]).unwrap();
+    let txid_before = db.txid();
     db.defrag().unwrap();
+    assert!(
+        db.txid() > txid_before,
+        "txids must keep increasing across defrag"
+    );
     let after = std::fs::metadata(&path).unwrap().len();
     assert!(after * 2 < before, "defrag: {before} -> {after} bytes");
     assert_eq!(db.hash(&[]).unwrap(), hash_before);
@@ -575,4 +580,43 @@ fn batch_layer_reads_pending_writes_and_commits() {
             .len(),
         1002
     );
+}
+
+#[test]
+fn file_growth_and_remap_keep_open_readers_valid() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("db");
+    let db = Db::open(&p).unwrap();
+    fill(&db, 100);
+    let old = db.begin_read();
+    let len0 = std::fs::metadata(&p).unwrap().len();
+    // Grow the file many times over (each growth remaps) while `old` stays open.
+    for round in 0..8u64 {
+        let mut tx = db.begin_write().unwrap();
+        for i in 0..2000u64 {
+            tx.put(
+                b"key",
+                format!("g{round}-{i:06}").as_bytes(),
+                &[round as u8; 1000],
+            )
+            .unwrap();
+        }
+        for i in 0..100 {
+            tx.put(b"key", format!("k{i:08}").as_bytes(), &[0xee; 100])
+                .unwrap();
+        }
+        tx.commit().unwrap();
+    }
+    assert!(std::fs::metadata(&p).unwrap().len() > 8 * len0);
+    let all = old.range(b"key", b"", Some(b"\xff"), 0).unwrap();
+    assert_eq!(all.len(), 100);
+    assert!(
+        all.iter()
+            .enumerate()
+            .all(|(i, (_, v))| *v == &[i as u8; 100][..])
+    );
+    let st = db.stats().unwrap();
+    assert_eq!(st.buckets[0].keys, 100 + 8 * 2000);
+    drop(old);
+    db.check().unwrap();
 }

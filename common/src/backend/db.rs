@@ -384,6 +384,32 @@ impl Db {
         })
     }
 
+    /// Rewrites the current meta with a higher txid (defrag keeps txids increasing across the
+    /// file swap), then fsyncs.
+    pub(crate) fn bump_txid(&self, txid: u64) -> Result<()> {
+        let shared = &self.shared;
+        let w = lock(&shared.writer);
+        let mut meta = lock(&shared.view).meta;
+        if txid <= meta.txid {
+            return Ok(());
+        }
+        // Never overwrite the current meta in place: a torn write must leave one valid meta.
+        meta.txid = if txid % 2 == meta.txid % 2 {
+            txid + 1
+        } else {
+            txid
+        };
+        let txid = meta.txid;
+        let ps = meta.page_size as u64;
+        let page = meta.encode(txid % 2);
+        w.file
+            .write_all_at(&page, (txid % 2) * ps)
+            .map_err(io(&shared.path, "write meta"))?;
+        sync(&w, &shared.opts, &shared.path)?;
+        lock(&shared.view).meta = meta;
+        Ok(())
+    }
+
     /// The meta of the latest commit (txid, high-water mark, ...).
     pub(crate) fn meta(&self) -> Meta {
         lock(&self.shared.view).meta
@@ -426,10 +452,11 @@ fn write_pages(
         let data: &[u8] = if j == i + 1 {
             &writes[i].1
         } else {
-            buf = writes[i..j]
-                .iter()
-                .flat_map(|(_, b)| b.iter().copied())
-                .collect();
+            let mut joined = Vec::with_capacity(((end - start) * ps) as usize);
+            for (_, b) in &writes[i..j] {
+                joined.extend_from_slice(b);
+            }
+            buf = joined;
             &buf
         };
         w.file

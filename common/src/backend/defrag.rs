@@ -59,6 +59,8 @@ impl Db {
                 },
             )?;
             copy_all(&src, &dst)?;
+            // Txids keep increasing across the swap, as readers and callers expect.
+            dst.bump_txid(src.txid() + 1)?;
         }
         std::fs::rename(&tmp, &path).map_err(io(&path, "rename defragmented file"))?;
         if let Some(dir) = path.parent() {

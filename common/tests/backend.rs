@@ -422,6 +422,28 @@ fn bad_files_are_clear_errors() {
     std::fs::write(&o, &one).unwrap();
     let db = Db::open_read_only(&o).unwrap();
     db.check().unwrap();
+    drop(db);
+
+    // A corrupt freelist page: a read-write open rebuilds the freelist from the trees.
+    let mut fl = bytes.clone();
+    let txid = Db::open_read_only(&good).unwrap().txid();
+    let meta_off = (txid % 2) as usize * 4096 + 16;
+    let fl_pg = u64::from_le_bytes(fl[meta_off + 32..meta_off + 40].try_into().unwrap()) as usize;
+    assert_eq!(
+        u16::from_le_bytes([fl[fl_pg * 4096 + 8], fl[fl_pg * 4096 + 9]]),
+        0x10
+    );
+    fl[fl_pg * 4096 + 10..fl_pg * 4096 + 12].copy_from_slice(&0xfff0u16.to_le_bytes());
+    let f = dir.path().join("freelist");
+    std::fs::write(&f, &fl).unwrap();
+    let e = Db::open_read_only(&f).unwrap().check().unwrap_err();
+    assert!(e.to_string().contains(&format!("page {fl_pg}")), "{e}");
+    let db = Db::open(&f).unwrap();
+    let mut tx = db.begin_write().unwrap();
+    tx.put(b"key", b"new", b"v").unwrap();
+    tx.commit().unwrap();
+    db.check().unwrap();
+    assert_eq!(db.stats().unwrap().buckets[0].keys, 5001);
 }
 
 #[test]
@@ -534,6 +556,11 @@ fn batch_layer_reads_pending_writes_and_commits() {
             limit: 1000,
         },
     );
+    assert!(matches!(
+        batch.put(b"nope", b"k", b"v"),
+        Err(Error::BucketNotFound(_))
+    ));
+    assert!(matches!(batch.put(b"key", b"", b"v"), Err(Error::KeyEmpty)));
     batch.create_bucket(b"key").unwrap();
     let t0 = db.txid();
     batch.put(b"key", b"a", b"1").unwrap();

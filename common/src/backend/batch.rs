@@ -2,7 +2,7 @@
 // committed as one write txn every interval or after N ops, or on demand (snapshot, defrag,
 // shutdown).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::JoinHandle;
@@ -10,7 +10,18 @@ use std::time::Duration;
 
 use super::db::Db;
 use super::error::{Error, Result, show};
+use super::page::{MAX_KEY_SIZE, MAX_VALUE_SIZE};
 use super::tx::ReadTxn;
+
+fn check_key(key: &[u8]) -> Result<()> {
+    if key.is_empty() {
+        return Err(Error::KeyEmpty);
+    }
+    if key.len() > MAX_KEY_SIZE {
+        return Err(Error::KeyTooLarge(key.len()));
+    }
+    Ok(())
+}
 
 #[derive(Clone, Copy, Debug)]
 pub struct BatchConfig {
@@ -45,6 +56,9 @@ struct Buffers {
     pending: Buffer,
     /// The buffer being committed right now: still visible until the commit is done.
     committing: Option<Arc<Buffer>>,
+    /// Buckets known to exist (committed or pending), so bad writes fail at once rather than
+    /// at a background commit.
+    known: BTreeSet<Vec<u8>>,
 }
 
 struct Inner {
@@ -178,15 +192,33 @@ impl Batch {
     }
 
     pub fn create_bucket(&self, name: &[u8]) -> Result<()> {
+        check_key(name)?;
         let mut b = write(&self.inner.bufs);
+        b.known.insert(name.to_vec());
         b.pending.created.push(name.to_vec());
         b.pending.keys.entry(name.to_vec()).or_default();
+        Ok(())
+    }
+
+    /// Refuses writes that the commit would refuse, while the caller can still see the error.
+    fn validate(&self, b: &mut Buffers, bucket: &[u8], key: &[u8], value_len: usize) -> Result<()> {
+        check_key(key)?;
+        if value_len > MAX_VALUE_SIZE {
+            return Err(Error::ValueTooLarge(value_len));
+        }
+        if !b.known.contains(bucket) {
+            if !self.inner.db.begin_read().bucket_exists(bucket)? {
+                return Err(Error::BucketNotFound(show(bucket)));
+            }
+            b.known.insert(bucket.to_vec());
+        }
         Ok(())
     }
 
     pub fn put(&self, bucket: &[u8], key: &[u8], value: &[u8]) -> Result<()> {
         let ops = {
             let mut b = write(&self.inner.bufs);
+            self.validate(&mut b, bucket, key, value.len())?;
             b.pending
                 .keys
                 .entry(bucket.to_vec())
@@ -201,6 +233,7 @@ impl Batch {
     pub fn delete(&self, bucket: &[u8], key: &[u8]) -> Result<()> {
         let ops = {
             let mut b = write(&self.inner.bufs);
+            self.validate(&mut b, bucket, key, 0)?;
             b.pending
                 .keys
                 .entry(bucket.to_vec())

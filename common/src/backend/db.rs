@@ -315,14 +315,31 @@ impl Db {
             page_size: meta.page_size as usize,
             hwm: meta.pgid,
         };
+        let mut forget_freelist = false;
         let freelist = if opts.read_only {
             Freelist::default()
         } else if meta.freelist == PGID_NO_FREELIST {
             rebuild_freelist(ctx, &meta)?
         } else {
-            let bytes = page_bytes(&map, meta.page_size as usize, meta.pgid, meta.freelist)?;
-            Freelist::from_ids(freelist::decode(meta.freelist, bytes, meta.pgid)?)
+            let recorded = page_bytes(&map, meta.page_size as usize, meta.pgid, meta.freelist)
+                .and_then(|bytes| freelist::decode(meta.freelist, bytes, meta.pgid));
+            match recorded {
+                Ok(ids) => Freelist::from_ids(ids),
+                Err(e) => {
+                    // What is reachable is the truth; the freelist is only a cache of it. The
+                    // broken page is unreachable, so the rebuild counts it free; forget it so
+                    // the next commit does not free it a second time.
+                    tracing::warn!(path = %path.display(), error = %e, "freelist unreadable, rebuilding it from the trees");
+                    let rebuilt = rebuild_freelist(ctx, &meta)?;
+                    forget_freelist = true;
+                    rebuilt
+                }
+            }
         };
+        let mut meta = meta;
+        if forget_freelist {
+            meta.freelist = PGID_NO_FREELIST;
+        }
         Ok(Db {
             shared: Arc::new(Shared {
                 path,

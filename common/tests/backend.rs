@@ -529,6 +529,28 @@ fn corrupt_pages_are_errors_not_panics() {
         }
         let p = dir.path().join("bad");
         std::fs::write(&p, &img).unwrap();
+        // Writing into a corrupt file: errors are fine, panics are not.
+        let write_some = |p: &std::path::Path| -> Result<(), Error> {
+            let db = Db::open(p)?;
+            let mut tx = db.begin_write()?;
+            for i in (0..20_000).step_by(97) {
+                let k = format!("k{i:08}");
+                if i % 2 == 0 {
+                    tx.delete(b"key", k.as_bytes())?;
+                } else {
+                    tx.put(b"key", k.as_bytes(), &[1; 300])?;
+                }
+            }
+            tx.commit()?;
+            db.check()
+        };
+        if round % 3 == 0 {
+            let wp = dir.path().join("bad-rw");
+            std::fs::write(&wp, &img).unwrap();
+            if std::panic::catch_unwind(|| write_some(&wp)).is_err() {
+                panic!("round {round}: writing into a file with corrupt page {pg} panicked");
+            }
+        }
         match std::panic::catch_unwind(|| read_all(&p)) {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => {

@@ -194,7 +194,7 @@ fn read_meta(file: &File, path: &Path, len: u64) -> Result<Meta> {
             });
         }
     };
-    let need = meta.pgid * meta.page_size as u64;
+    let need = meta.pgid.saturating_mul(meta.page_size as u64);
     if len < need {
         return Err(Error::Truncated {
             path: path.to_path_buf(),

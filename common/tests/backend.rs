@@ -308,6 +308,10 @@ fn defrag_shrinks_and_keeps_every_key() {
         }
     }
     tx.commit().unwrap();
+    let mut tx = db.begin_write().unwrap();
+    assert_eq!(tx.next_sequence(b"key").unwrap(), 1);
+    assert_eq!(tx.next_sequence(b"key").unwrap(), 2);
+    tx.commit().unwrap();
     let reader = db.begin_read(); // an old reader must survive the defrag
     let before = std::fs::metadata(&path).unwrap().len();
     let hash_before = db.hash(&[]).unwrap();
@@ -320,6 +324,7 @@ fn defrag_shrinks_and_keeps_every_key() {
     let after = std::fs::metadata(&path).unwrap().len();
     assert!(after * 2 < before, "defrag: {before} -> {after} bytes");
     assert_eq!(db.hash(&[]).unwrap(), hash_before);
+    assert_eq!(db.begin_read().sequence(b"key").unwrap(), Some(2));
     db.check().unwrap();
     let mut got = BTreeMap::new();
     db.begin_read()

@@ -144,6 +144,7 @@ fn copy_all(src: &ReadTx, dst: &Db) -> Result<()> {
         let mut wtx = dst.begin_write()?;
         wtx.set_fill_percent(0.9);
         wtx.create_bucket(&name)?;
+        wtx.set_sequence(&name, src.sequence(&name)?.unwrap_or(0))?;
         let mut n = 0;
         while let Some((k, v)) = e {
             wtx.put(&name, k, v)?;

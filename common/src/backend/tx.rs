@@ -141,6 +141,14 @@ impl ReadTx {
         self.meta.txid
     }
 
+    /// The bucket's sequence number (bbolt's Bucket.Sequence); None when it does not exist.
+    pub fn sequence(&self, bucket: &[u8]) -> Result<Option<u64>> {
+        if !self.bucket_exists(bucket)? {
+            return Ok(None);
+        }
+        bucket_seq(self.ctx(), self.meta.root, bucket).map(Some)
+    }
+
     /// Bytes of the db image this transaction sees (high-water mark × page size).
     pub fn size(&self) -> u64 {
         self.meta.pgid * self.meta.page_size as u64
@@ -297,6 +305,23 @@ impl<'a> WriteTx<'a> {
             return Ok(());
         }
         self.create_bucket(name)
+    }
+
+    /// The bucket's sequence number (bbolt's Bucket.Sequence).
+    pub fn sequence(&mut self, bucket: &[u8]) -> Result<u64> {
+        Ok(self.bucket_mut(bucket)?.seq)
+    }
+
+    pub fn set_sequence(&mut self, bucket: &[u8], seq: u64) -> Result<()> {
+        self.bucket_mut(bucket)?.seq = seq;
+        Ok(())
+    }
+
+    /// Increments and returns the bucket's sequence number (bbolt's NextSequence).
+    pub fn next_sequence(&mut self, bucket: &[u8]) -> Result<u64> {
+        let b = self.bucket_mut(bucket)?;
+        b.seq += 1;
+        Ok(b.seq)
     }
 
     /// Deletes a bucket and all its keys; its pages are freed at commit.

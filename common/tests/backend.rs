@@ -322,6 +322,7 @@ fn defrag_shrinks_and_keeps_every_key() {
         "txids must keep increasing across defrag"
     );
     let after = std::fs::metadata(&path).unwrap().len();
+    assert!(db.size() <= after && db.size_in_use() <= db.size());
     assert!(after * 2 < before, "defrag: {before} -> {after} bytes");
     assert_eq!(db.hash(&[]).unwrap(), hash_before);
     assert_eq!(db.begin_read().sequence(b"key").unwrap(), Some(2));
@@ -624,6 +625,21 @@ fn batch_layer_reads_pending_writes_and_commits() {
             .unwrap();
     }
     assert!(db.txid() > t2);
+    batch.put(b"key", b"pending", b"x").unwrap();
+    let mut img = Vec::new();
+    batch.snapshot(&mut img, false).unwrap();
+    let sp = dir.path().join("snap.db");
+    std::fs::write(&sp, &img).unwrap();
+    assert_eq!(
+        Db::open_read_only(&sp)
+            .unwrap()
+            .begin_read()
+            .get(b"key", b"pending")
+            .unwrap(),
+        Some(&b"x"[..])
+    );
+    batch.delete(b"key", b"pending").unwrap();
+    batch.defrag().unwrap();
     batch.close().unwrap();
     drop(db);
     let db = Db::open(&p).unwrap();

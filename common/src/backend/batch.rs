@@ -360,6 +360,18 @@ impl Batch {
         Ok(out)
     }
 
+    /// Commits what is pending, then streams a snapshot (Maintenance.Snapshot).
+    pub fn snapshot(&self, out: &mut dyn std::io::Write, sha256_trailer: bool) -> Result<u64> {
+        self.inner.commit()?;
+        self.inner.db.snapshot(out, sha256_trailer)
+    }
+
+    /// Commits what is pending, then defragments. Writers wait; readers go on.
+    pub fn defrag(&self) -> Result<()> {
+        self.inner.commit()?;
+        self.inner.db.defrag()
+    }
+
     /// Stops the background commits and commits what is pending.
     pub fn close(mut self) -> Result<()> {
         self.stop_ticker();

@@ -62,6 +62,8 @@ pub(crate) struct View {
     pub map: Arc<Mmap>,
     /// Open readers by the txid they read.
     pub readers: BTreeMap<u64, usize>,
+    /// Free and pending pages as of the latest commit (0 when opened read-only).
+    pub free_pages: u64,
 }
 
 pub(crate) struct Shared {
@@ -336,6 +338,7 @@ impl Db {
                 }
             }
         };
+        let free_pages = freelist.len() as u64;
         let mut meta = meta;
         if forget_freelist {
             meta.freelist = PGID_NO_FREELIST;
@@ -354,6 +357,7 @@ impl Db {
                     meta,
                     map: Arc::new(map),
                     readers: BTreeMap::new(),
+                    free_pages,
                 }),
             }),
         })
@@ -430,6 +434,19 @@ impl Db {
     /// The meta of the latest commit (txid, high-water mark, ...).
     pub(crate) fn meta(&self) -> Meta {
         lock(&self.shared.view).meta
+    }
+
+    /// Bytes of the latest committed db image (high-water mark × page size): etcd's backend
+    /// Size. The file itself may be longer (growth slack).
+    pub fn size(&self) -> u64 {
+        let m = self.meta();
+        m.pgid * m.page_size as u64
+    }
+
+    /// `size()` less the free pages: etcd's SizeInUse (equal to `size()` when read-only).
+    pub fn size_in_use(&self) -> u64 {
+        let v = lock(&self.shared.view);
+        v.meta.pgid.saturating_sub(v.free_pages) * v.meta.page_size as u64
     }
 
     /// The txid of the latest commit.
@@ -645,8 +662,10 @@ pub(crate) fn commit(mut tx: WriteTx<'_>) -> Result<()> {
     } else {
         None
     };
+    let free_pages = w.freelist.len() as u64;
     let mut v = lock(&shared.view);
     v.meta = new_meta;
+    v.free_pages = free_pages;
     if let Some(m) = new_map {
         v.map = m;
     }

@@ -105,6 +105,7 @@ impl Db {
         let mut v = shared.view.lock().unwrap_or_else(|e| e.into_inner());
         v.meta = fv.meta;
         v.map = fv.map;
+        v.free_pages = fv.free_pages;
         Ok(())
     }
 

@@ -591,8 +591,8 @@ fn batch_layer_reads_pending_writes_and_commits() {
     assert!(matches!(batch.put(b"key", b"", b"v"), Err(Error::KeyEmpty)));
     batch.create_bucket(b"key").unwrap();
     let t0 = db.txid();
-    batch.put(b"key", b"a", b"1").unwrap();
-    batch.put(b"key", b"c", b"3").unwrap();
+    batch.put_seq(b"key", b"a", b"1").unwrap();
+    batch.put_seq(b"key", b"c", b"3").unwrap();
     assert_eq!(batch.get(b"key", b"a").unwrap(), Some(b"1".to_vec()));
     batch.force_commit().unwrap();
     assert!(db.txid() > t0);
@@ -689,4 +689,33 @@ fn file_growth_and_remap_keep_open_readers_valid() {
     assert_eq!(st.buckets[0].keys, 100 + 8 * 2000);
     drop(old);
     db.check().unwrap();
+}
+
+#[test]
+fn sequential_puts_pack_pages_densely() {
+    let dir = tempfile::tempdir().unwrap();
+    let leaves = |seq: bool| {
+        let db = Db::open(dir.path().join(format!("db-{seq}"))).unwrap();
+        let mut tx = db.begin_write().unwrap();
+        tx.create_bucket(b"key").unwrap();
+        tx.commit().unwrap();
+        for batch in 0..20u64 {
+            let mut tx = db.begin_write().unwrap();
+            for i in batch * 1000..(batch + 1) * 1000 {
+                let k = i.to_be_bytes();
+                if seq {
+                    tx.put_seq(b"key", &k, &[7; 100]).unwrap();
+                } else {
+                    tx.put(b"key", &k, &[7; 100]).unwrap();
+                }
+            }
+            tx.commit().unwrap();
+        }
+        db.check().unwrap();
+        let st = db.stats().unwrap();
+        assert_eq!(st.buckets[0].keys, 20_000);
+        st.buckets[0].leaf_pages
+    };
+    let (plain, seq) = (leaves(false), leaves(true));
+    assert!(seq * 10 < plain * 7, "put_seq: {seq} leaves, put: {plain}");
 }

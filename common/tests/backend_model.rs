@@ -168,7 +168,12 @@ fn run_model(seed: u64, ops: usize, space: u64) -> usize {
                     let v = value(&mut rng);
                     match work.get_mut(b) {
                         Some(m) => {
-                            tx.put(b, &k, &v).unwrap();
+                            // put_seq only changes how full split pages are left.
+                            if rng.below(5) == 0 {
+                                tx.put_seq(b, &k, &v).unwrap();
+                            } else {
+                                tx.put(b, &k, &v).unwrap();
+                            }
                             m.insert(k, v);
                         }
                         None => assert!(tx.put(b, &k, &v).is_err()),

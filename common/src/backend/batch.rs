@@ -47,6 +47,8 @@ type BucketWrites = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
 #[derive(Default)]
 struct Buffer {
     created: Vec<Vec<u8>>,
+    /// Buckets written with put_seq (split 90% full at commit).
+    seq: BTreeSet<Vec<u8>>,
     keys: BTreeMap<Vec<u8>, BucketWrites>,
     ops: usize,
 }
@@ -105,8 +107,10 @@ impl Inner {
                 tx.create_bucket_if_not_exists(name)?;
             }
             for (bucket, keys) in &buf.keys {
+                let seq = buf.seq.contains(bucket);
                 for (k, v) in keys {
                     match v {
+                        Some(v) if seq => tx.put_seq(bucket, k, v)?,
                         Some(v) => tx.put(bucket, k, v)?,
                         None => {
                             tx.delete(bucket, k)?;
@@ -121,11 +125,13 @@ impl Inner {
             // Keep the writes: put them back under anything written since.
             let mut merged = Arc::try_unwrap(buf).unwrap_or_else(|a| Buffer {
                 created: a.created.clone(),
+                seq: a.seq.clone(),
                 keys: a.keys.clone(),
                 ops: a.ops,
             });
             let newer = std::mem::take(&mut b.pending);
             merged.created.extend(newer.created);
+            merged.seq.extend(newer.seq);
             for (bucket, keys) in newer.keys {
                 merged.keys.entry(bucket).or_default().extend(keys);
             }
@@ -228,6 +234,17 @@ impl Batch {
             b.pending.ops
         };
         self.after_op(ops)
+    }
+
+    /// etcd's UnsafeSeqPut: a put of keys in increasing order (revisions); the bucket's pages
+    /// are split 90% full at commit.
+    pub fn put_seq(&self, bucket: &[u8], key: &[u8], value: &[u8]) -> Result<()> {
+        {
+            let mut b = write(&self.inner.bufs);
+            self.validate(&mut b, bucket, key, value.len())?;
+            b.pending.seq.insert(bucket.to_vec());
+        }
+        self.put(bucket, key, value)
     }
 
     pub fn delete(&self, bucket: &[u8], key: &[u8]) -> Result<()> {

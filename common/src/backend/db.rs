@@ -545,6 +545,7 @@ pub(crate) fn commit(mut tx: WriteTx<'_>) -> Result<()> {
                 root: broot,
                 seq,
                 existed,
+                fill: bucket_fill,
             } = b;
             let Some(mut broot) = broot else {
                 if existed {
@@ -573,7 +574,9 @@ pub(crate) fn commit(mut tx: WriteTx<'_>) -> Result<()> {
                     value.extend_from_slice(&img);
                 }
                 None => {
+                    spill.fill = bucket_fill.unwrap_or(fill);
                     let p = spill.spill_root(broot)?;
+                    spill.fill = fill;
                     value.extend_from_slice(&p.to_le_bytes());
                     value.extend_from_slice(&seq.to_le_bytes());
                 }

@@ -182,6 +182,8 @@ pub(crate) struct WBucket {
     pub root: Option<Child>,
     pub seq: u64,
     pub existed: bool,
+    /// Fill percent for this bucket's splits (set by sequential puts), else the txn's.
+    pub fill: Option<f64>,
 }
 
 /// The one write transaction. Changes are visible to itself at once and to others after
@@ -270,6 +272,7 @@ impl<'a> WriteTx<'a> {
                     root: Some(root),
                     seq,
                     existed: true,
+                    fill: None,
                 },
             );
         }
@@ -295,6 +298,7 @@ impl<'a> WriteTx<'a> {
                 root: Some(Child::Mem(Box::new(Node::Leaf(Vec::new())))),
                 seq: 0,
                 existed,
+                fill: None,
             },
         );
         Ok(())
@@ -355,6 +359,17 @@ impl<'a> WriteTx<'a> {
             Some(root) => node::put(root, &ctx, &mut self.freed, key, value, 0),
             None => Err(Error::BucketNotFound(show(bucket))),
         }
+    }
+
+    /// A put of a key that sorts after every key of the bucket (etcd's UnsafeSeqPut, used for
+    /// revisions): this bucket's pages are split 90% full instead of half, so an append-only
+    /// bucket stays dense.
+    pub fn put_seq(&mut self, bucket: &[u8], key: &[u8], value: &[u8]) -> Result<()> {
+        self.put(bucket, key, value)?;
+        if let Some(b) = self.buckets.get_mut(bucket) {
+            b.fill = Some(0.9);
+        }
+        Ok(())
     }
 
     /// Deletes `key`; returns whether it existed.

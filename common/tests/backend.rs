@@ -719,3 +719,96 @@ fn sequential_puts_pack_pages_densely() {
     let (plain, seq) = (leaves(false), leaves(true));
     assert!(seq * 10 < plain * 7, "put_seq: {seq} leaves, put: {plain}");
 }
+
+#[test]
+fn size_limits_and_large_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("db");
+    let db = Db::open(&p).unwrap();
+    let mut tx = db.begin_write().unwrap();
+    tx.create_bucket(b"b").unwrap();
+    let max_key = vec![b'k'; 32768];
+    tx.put(b"b", &max_key, b"max").unwrap();
+    assert!(matches!(
+        tx.put(b"b", &[b'k'; 32769], b"x"),
+        Err(Error::KeyTooLarge(32769))
+    ));
+    assert!(matches!(tx.put(b"b", b"", b"x"), Err(Error::KeyEmpty)));
+    assert!(matches!(tx.create_bucket(b""), Err(Error::KeyEmpty)));
+    let big: Vec<u8> = (0..5_000_000u32).map(|i| (i % 251) as u8).collect();
+    tx.put(b"b", b"big", &big).unwrap();
+    tx.put(b"b", b"empty", b"").unwrap();
+    tx.commit().unwrap();
+    drop(db);
+    let db = Db::open(&p).unwrap();
+    db.check().unwrap();
+    {
+        let r = db.begin_read();
+        assert_eq!(r.get(b"b", &max_key).unwrap(), Some(&b"max"[..]));
+        assert!(r.get(b"b", b"big").unwrap() == Some(&big[..]));
+        assert_eq!(r.get(b"b", b"empty").unwrap(), Some(&b""[..]));
+        let st = db.stats().unwrap();
+        assert!(st.buckets[0].overflow_pages >= 5_000_000 / 4096);
+    }
+    // Freed overflow runs are reused once no reader needs them.
+    let size = db.size();
+    for round in 0..3 {
+        let mut tx = db.begin_write().unwrap();
+        tx.put(b"b", b"big", &big[round..]).unwrap();
+        tx.commit().unwrap();
+    }
+    assert!(
+        db.size() < size * 3,
+        "overflow pages were not reused: {} -> {}",
+        size,
+        db.size()
+    );
+    let mut tx = db.begin_write().unwrap();
+    assert!(tx.delete(b"b", b"big").unwrap());
+    tx.commit().unwrap();
+    db.check().unwrap();
+    assert!(db.size_in_use() < size / 2);
+}
+
+/// etcd's way (NoFreelistSync): no freelist page; a reopen rebuilds it from the trees. Files
+/// move between both modes.
+#[test]
+fn unpersisted_freelist_roundtrips_between_modes() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("db");
+    let mut model = BTreeMap::new();
+    let mut rng = Rng(11);
+    for round in 0..12 {
+        let opts = Options {
+            persist_freelist: round % 3 != 0,
+            ..Options::default()
+        };
+        let db = Db::open_with(&p, opts).unwrap();
+        db.check().unwrap();
+        for _ in 0..3 {
+            let mut tx = db.begin_write().unwrap();
+            tx.create_bucket_if_not_exists(b"b").unwrap();
+            for _ in 0..500 {
+                let k = format!("k{:05}", rng.below(4000)).into_bytes();
+                if rng.below(3) == 0 {
+                    tx.delete(b"b", &k).unwrap();
+                    model.remove(&k);
+                } else {
+                    let v = vec![round as u8; rng.below(400) as usize];
+                    tx.put(b"b", &k, &v).unwrap();
+                    model.insert(k, v);
+                }
+            }
+            tx.commit().unwrap();
+        }
+        db.check().unwrap();
+        let mut got = BTreeMap::new();
+        db.begin_read()
+            .for_each(b"b", &mut |k, v| {
+                got.insert(k.to_vec(), v.to_vec());
+                Ok(())
+            })
+            .unwrap();
+        assert!(got == model, "round {round}");
+    }
+}

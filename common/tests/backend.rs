@@ -745,6 +745,13 @@ fn size_limits_and_large_values() {
     {
         let r = db.begin_read();
         assert_eq!(r.get(b"b", &max_key).unwrap(), Some(&b"max"[..]));
+        let b = r.bucket(b"b").unwrap();
+        assert_eq!(b.get(b"empty").unwrap(), Some(&b""[..]));
+        assert_eq!(
+            b.cursor().first().unwrap().map(|(k, _)| k),
+            Some(&b"big"[..])
+        );
+        assert!(matches!(r.bucket(b"nope"), Err(Error::BucketNotFound(_))));
         assert!(r.get(b"b", b"big").unwrap() == Some(&big[..]));
         assert_eq!(r.get(b"b", b"empty").unwrap(), Some(&b""[..]));
         let st = db.stats().unwrap();

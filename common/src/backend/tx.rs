@@ -29,6 +29,18 @@ pub trait ReadTxn {
         Ok(self.bucket_root(name)?.is_some())
     }
 
+    /// A handle on one bucket, resolved once: cheaper than naming the bucket on every call in
+    /// a hot loop (like redb's open_table).
+    fn bucket(&self, name: &[u8]) -> Result<Bucket<'_>> {
+        let root = self
+            .bucket_root(name)?
+            .ok_or_else(|| Error::BucketNotFound(show(name)))?;
+        Ok(Bucket {
+            ctx: self.ctx(),
+            root,
+        })
+    }
+
     /// A cursor over `bucket`; the bucket must exist.
     fn cursor(&self, bucket: &[u8]) -> Result<Cursor<'_>> {
         let root = self
@@ -83,6 +95,23 @@ pub trait ReadTxn {
             e = c.next()?;
         }
         Ok(())
+    }
+}
+
+/// One bucket of a transaction, for repeated reads.
+#[derive(Clone, Copy)]
+pub struct Bucket<'t> {
+    ctx: Ctx<'t>,
+    root: ChildRef<'t>,
+}
+
+impl<'t> Bucket<'t> {
+    pub fn get(&self, key: &[u8]) -> Result<Option<&'t [u8]>> {
+        Ok(node::find(self.ctx, self.root, key)?.map(|(_, (_, v))| v))
+    }
+
+    pub fn cursor(&self) -> Cursor<'t> {
+        Cursor::new(self.ctx, self.root)
     }
 }
 

@@ -4,8 +4,8 @@
 use super::error::{Error, Result, corrupt, show};
 use super::freelist::Freelist;
 use super::page::{
-    BUCKET_LEAF_FLAG, ELEMENT_SIZE, MAX_DEPTH, NodePage, PAGE_HEADER_SIZE, node_size, page_bytes,
-    write_branch, write_leaf,
+    BUCKET_LEAF_FLAG, ELEMENT_SIZE, MAX_DEPTH, NodePage, PAGE_HEADER_SIZE, key_cmp, node_size,
+    page_bytes, write_branch, write_leaf,
 };
 
 /// Where pages are read from: one mapped version of the file.
@@ -226,15 +226,15 @@ impl<'t> View<'t> {
     fn lower_bound(&self, key: &[u8]) -> Result<usize> {
         match self {
             View::Page(p) => p.lower_bound(key),
-            View::Mem(Node::Leaf(v)) => Ok(v.partition_point(|e| e.key() < key)),
-            View::Mem(Node::Branch(v)) => Ok(v.partition_point(|e| e.key.as_slice() < key)),
+            View::Mem(Node::Leaf(v)) => Ok(v.partition_point(|e| key_cmp(e.key(), key).is_lt())),
+            View::Mem(Node::Branch(v)) => Ok(v.partition_point(|e| key_cmp(&e.key, key).is_lt())),
         }
     }
     fn child_index(&self, key: &[u8]) -> Result<usize> {
         match self {
             View::Page(p) => p.child_index(key),
             View::Mem(Node::Branch(v)) => Ok(v
-                .partition_point(|e| e.key.as_slice() <= key)
+                .partition_point(|e| key_cmp(&e.key, key).is_le())
                 .saturating_sub(1)),
             View::Mem(Node::Leaf(_)) => Err(corrupt(0, "child index of an in-memory leaf")),
         }
@@ -518,7 +518,7 @@ pub fn put(
     for _ in 0..MAX_DEPTH {
         cur = match cur {
             Node::Leaf(v) => {
-                match v.binary_search_by(|e| e.key().cmp(key)) {
+                match v.binary_search_by(|e| key_cmp(e.key(), key)) {
                     Ok(i) => {
                         if is_bucket(v[i].flags) != is_bucket(flags) {
                             return Err(Error::IncompatibleValue(show(key)));
@@ -535,7 +535,7 @@ pub fn put(
                     return Err(corrupt(0, "empty in-memory branch"));
                 }
                 let i = v
-                    .partition_point(|e| e.key.as_slice() <= key)
+                    .partition_point(|e| key_cmp(&e.key, key).is_le())
                     .saturating_sub(1);
                 materialize(&mut v[i].child, ctx, freed)?
             }
@@ -557,7 +557,7 @@ pub fn delete(
     for _ in 0..MAX_DEPTH {
         cur = match cur {
             Node::Leaf(v) => {
-                if let Ok(i) = v.binary_search_by(|e| e.key().cmp(key)) {
+                if let Ok(i) = v.binary_search_by(|e| key_cmp(e.key(), key)) {
                     if is_bucket(v[i].flags) != is_bucket(flags) {
                         return Err(Error::IncompatibleValue(show(key)));
                     }
@@ -570,7 +570,7 @@ pub fn delete(
                     return Err(corrupt(0, "empty in-memory branch"));
                 }
                 let i = v
-                    .partition_point(|e| e.key.as_slice() <= key)
+                    .partition_point(|e| key_cmp(&e.key, key).is_le())
                     .saturating_sub(1);
                 materialize(&mut v[i].child, ctx, freed)?
             }

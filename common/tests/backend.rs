@@ -819,3 +819,68 @@ fn unpersisted_freelist_roundtrips_between_modes() {
         assert!(got == model, "round {round}");
     }
 }
+
+/// Readers of the batching layer see every write at once and never a gap, while the ticker
+/// and the op limit commit underneath them.
+#[test]
+fn batch_readers_see_a_gapless_prefix_while_commits_happen() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open_with(
+        dir.path().join("db"),
+        Options {
+            no_sync: true,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let batch = Arc::new(Batch::new(
+        db.clone(),
+        BatchConfig {
+            interval: Duration::from_millis(5),
+            limit: 700,
+        },
+    ));
+    batch.create_bucket(b"key").unwrap();
+    batch.force_commit().unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let batch = batch.clone();
+            let done = done.clone();
+            std::thread::spawn(move || {
+                let mut last = 0;
+                let mut reads = 0;
+                while !done.load(Ordering::Relaxed) || reads < 3 {
+                    let all = batch.range(b"key", b"", Some(b"\xff"), 0).unwrap();
+                    for (i, (k, _)) in all.iter().enumerate() {
+                        assert_eq!(k, format!("k{i:06}").as_bytes(), "gap before {i}");
+                    }
+                    assert!(all.len() >= last, "went back from {last} to {}", all.len());
+                    last = all.len();
+                    reads += 1;
+                }
+            })
+        })
+        .collect();
+    for i in 0..20_000 {
+        let k = format!("k{i:06}");
+        batch.put_seq(b"key", k.as_bytes(), b"v").unwrap();
+        assert_eq!(
+            batch.get(b"key", k.as_bytes()).unwrap(),
+            Some(b"v".to_vec())
+        );
+    }
+    done.store(true, Ordering::Relaxed);
+    for r in readers {
+        r.join().unwrap();
+    }
+    batch.force_commit().unwrap();
+    assert_eq!(
+        db.begin_read()
+            .range(b"key", b"", Some(b"\xff"), 0)
+            .unwrap()
+            .len(),
+        20_000
+    );
+    db.check().unwrap();
+}

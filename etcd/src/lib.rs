@@ -1,2 +1,12 @@
 // The etcd server as a library: raft consensus, the MVCC store and the v3 API, used by the
 // `etcd` binary and by etcdutl for offline work over a data dir.
+
+pub mod api;
+pub mod apply;
+pub mod config;
+pub mod logging;
+pub mod membership;
+pub mod mvcc;
+pub mod raft;
+pub mod server;
+pub mod version;

@@ -1,7 +1,126 @@
-// The `etcd` server binary.
-// The server is built up by the issues that follow the foundation; until then it says so.
+// The `etcd` server binary: parses etcd's flags and environment, boots the member, serves the
+// client API until SIGINT/SIGTERM, then stops cleanly.
 
-fn main() {
-    eprintln!("etcd: the server is not built yet (see issue 5)");
-    std::process::exit(1);
+use std::process::ExitCode;
+
+use etcd::config::{Action, Config, ConfigError};
+use etcd::server::EtcdServer;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let (action, cfg) = match Config::from_args(&args, &env) {
+        Ok(v) => v,
+        Err(e @ ConfigError::Flag(_)) => {
+            // Go's flag package: the error, then a pointer to the usage, exit 2.
+            eprintln!("{e}");
+            eprintln!("Usage: etcd [flags] (see 'etcd --help')");
+            return ExitCode::from(2);
+        }
+        Err(e) => {
+            eprintln!("etcd: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match action {
+        Action::Help => {
+            print!("{}", etcd::config::flags::help());
+            ExitCode::SUCCESS
+        }
+        Action::Version => {
+            print!("{}", etcd::version::version_text());
+            ExitCode::SUCCESS
+        }
+        Action::ConfigFile(path) => {
+            eprintln!(
+                "etcd: --config-file {path}: configuration files are not supported yet; pass the settings as flags or ETCD_* variables"
+            );
+            ExitCode::from(1)
+        }
+        Action::Run => {
+            if let Err(e) = etcd::logging::init(&cfg.log_outputs, cfg.log_level) {
+                eprintln!("etcd: cannot open log output: {e}");
+                return ExitCode::from(1);
+            }
+            for w in &cfg.warnings {
+                tracing::warn!("{w}");
+            }
+            match run(cfg) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!(error = %e, "etcd stopped");
+                    eprintln!("etcd: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+    }
+}
+
+fn run(cfg: Config) -> Result<(), String> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    rt.block_on(async move {
+        tracing::info!(
+            etcd_version = etcd::version::ETCD_VERSION,
+            etcd_rs_version = etcd::version::ETCD_RS_VERSION,
+            name = %cfg.name,
+            data_dir = %cfg.data_dir.display(),
+            "starting an etcd server"
+        );
+        // Bind first: a port in use is an error before anything is written.
+        let listeners = etcd::api::serve::bind(&cfg.listen_client_urls).await?;
+        let server = EtcdServer::start(cfg).map_err(|e| e.to_string())?;
+        server
+            .wait_ready()
+            .await
+            .map_err(|e| format!("the member did not become ready: {e}"))?;
+        etcd::server::publish(&server).await;
+        let (stop_tx, _) = tokio::sync::broadcast::channel::<()>(1);
+        let mut tasks = Vec::new();
+        for (url, l) in listeners {
+            let mut stop = stop_tx.subscribe();
+            let s = server.clone();
+            tracing::info!("ready to serve client requests");
+            tracing::info!(
+                address = %url.host,
+                "serving client traffic insecurely; this is strongly discouraged!"
+            );
+            tasks.push(tokio::spawn(async move {
+                let shutdown = async move {
+                    let _ = stop.recv().await;
+                };
+                if let Err(e) = etcd::api::serve::serve(s, l, shutdown).await {
+                    tracing::error!(address = %url, error = %e, "client listener failed");
+                }
+            }));
+        }
+        wait_for_signal().await;
+        tracing::info!(name = %server.cfg().name, "received signal; shutting down");
+        let _ = stop_tx.send(());
+        for t in tasks {
+            let _ = t.await;
+        }
+        let s = server.clone();
+        let _ = tokio::task::spawn_blocking(move || s.stop()).await;
+        tracing::info!("stopped etcd server");
+        Ok(())
+    })
+}
+
+async fn wait_for_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot watch SIGTERM; only Ctrl-C stops the server");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
 }

@@ -278,6 +278,10 @@ impl Batch {
     /// Reads `key` including pending writes.
     pub fn get(&self, bucket: &[u8], key: &[u8]) -> Result<Option<Vec<u8>>> {
         let b = read(&self.inner.bufs);
+        self.get_in(&b, bucket, key)
+    }
+
+    fn get_in(&self, b: &Buffers, bucket: &[u8], key: &[u8]) -> Result<Option<Vec<u8>>> {
         let tx = self.inner.db.begin_read();
         for buf in [Some(&b.pending), b.committing.as_deref()]
             .into_iter()
@@ -288,7 +292,7 @@ impl Batch {
             }
         }
         if !tx.bucket_exists(bucket)? {
-            return if self.bucket_known(&b, &tx, bucket)? {
+            return if self.bucket_known(b, &tx, bucket)? {
                 Ok(None)
             } else {
                 Err(Error::BucketNotFound(show(bucket)))
@@ -306,15 +310,26 @@ impl Batch {
         end: Option<&[u8]>,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let b = read(&self.inner.bufs);
+        self.range_in(&b, bucket, start, end, limit)
+    }
+
+    fn range_in(
+        &self,
+        b: &Buffers,
+        bucket: &[u8],
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let Some(end) = end else {
             return Ok(self
-                .get(bucket, start)?
+                .get_in(b, bucket, start)?
                 .map(|v| vec![(start.to_vec(), v)])
                 .unwrap_or_default());
         };
-        let b = read(&self.inner.bufs);
         let tx = self.inner.db.begin_read();
-        if !self.bucket_known(&b, &tx, bucket)? {
+        if !self.bucket_known(b, &tx, bucket)? {
             return Err(Error::BucketNotFound(show(bucket)));
         }
         // Overlay: committing, then pending on top.
@@ -389,6 +404,17 @@ impl Batch {
         self.inner.db.defrag()
     }
 
+    /// Starts a group of writes that no commit can split: until the returned guard is dropped
+    /// (or `finish`ed) the background commit waits, so a crash persists all of the group or
+    /// none of it (etcd applies one raft entry, with its consistent index, this way). Readers
+    /// of this `Batch` wait too; read through the guard inside the group.
+    pub fn begin(&self) -> BatchWrite<'_> {
+        BatchWrite {
+            batch: self,
+            bufs: Some(write(&self.inner.bufs)),
+        }
+    }
+
     /// Stops the background commits and commits what is pending.
     pub fn close(mut self) -> Result<()> {
         self.stop_ticker();
@@ -410,5 +436,80 @@ impl Drop for Batch {
         if let Err(e) = self.inner.commit() {
             tracing::error!(error = %e, "backend batch commit at close failed");
         }
+    }
+}
+
+/// An atomic group of writes to a `Batch` (see `Batch::begin`); reads see the group's writes.
+pub struct BatchWrite<'a> {
+    batch: &'a Batch,
+    bufs: Option<std::sync::RwLockWriteGuard<'a, Buffers>>,
+}
+
+impl BatchWrite<'_> {
+    fn bufs(&mut self) -> &mut Buffers {
+        // The guard is only taken out in `finish`/drop, which consume the group.
+        self.bufs.as_deref_mut().unwrap_or_else(|| unreachable!())
+    }
+
+    pub fn create_bucket(&mut self, name: &[u8]) {
+        let b = self.bufs();
+        b.known.insert(name.to_vec());
+        b.pending.created.push(name.to_vec());
+        b.pending.keys.entry(name.to_vec()).or_default();
+    }
+
+    pub fn put(&mut self, bucket: &[u8], key: &[u8], value: &[u8]) {
+        let b = self.bufs();
+        b.pending
+            .keys
+            .entry(bucket.to_vec())
+            .or_default()
+            .insert(key.to_vec(), Some(value.to_vec()));
+        b.pending.ops += 1;
+    }
+
+    /// etcd's UnsafeSeqPut inside a group: keys in increasing order (revisions); the bucket's
+    /// pages are split 90% full at commit.
+    pub fn put_seq(&mut self, bucket: &[u8], key: &[u8], value: &[u8]) {
+        self.bufs().pending.seq.insert(bucket.to_vec());
+        self.put(bucket, key, value);
+    }
+
+    pub fn delete(&mut self, bucket: &[u8], key: &[u8]) {
+        let b = self.bufs();
+        b.pending
+            .keys
+            .entry(bucket.to_vec())
+            .or_default()
+            .insert(key.to_vec(), None);
+        b.pending.ops += 1;
+    }
+
+    pub fn get(&mut self, bucket: &[u8], key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let batch = self.batch;
+        batch.get_in(self.bufs(), bucket, key)
+    }
+
+    pub fn range(
+        &mut self,
+        bucket: &[u8],
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let batch = self.batch;
+        batch.range_in(self.bufs(), bucket, start, end, limit)
+    }
+
+    /// Ends the group; commits at once when the pending ops reached the batch limit.
+    pub fn finish(mut self) -> Result<()> {
+        let ops = self.bufs.take().map(|g| g.pending.ops).unwrap_or(0);
+        self.batch.after_op(ops)
+    }
+}
+
+impl Drop for BatchWrite<'_> {
+    fn drop(&mut self) {
+        self.bufs.take();
     }
 }

@@ -22,7 +22,7 @@ mod node;
 mod page;
 mod tx;
 
-pub use batch::{Batch, BatchConfig};
+pub use batch::{Batch, BatchConfig, BatchWrite};
 pub use check::{BucketStats, Stats};
 pub use db::{DEFAULT_PAGE_SIZE, Db, IoObserver, Options};
 pub use error::{Error, Result};

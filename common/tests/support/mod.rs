@@ -49,40 +49,58 @@ impl RealEtcd {
 
     pub fn start_with(data_dir: &Path, name: &str, extra: &[&str]) -> RealEtcd {
         require("etcd");
-        let client_url = format!("http://127.0.0.1:{}", free_port());
-        let peer_url = format!("http://127.0.0.1:{}", free_port());
-        let log =
-            std::fs::File::create(data_dir.with_extension("log")).expect("create etcd log file");
-        let mut cmd = Command::new("etcd");
-        cmd.arg("--name")
-            .arg(name)
+        Self::start_bin("etcd", data_dir, name, extra)
+    }
+
+    /// Starts another etcd-compatible server binary (ours) with the same flags.
+    pub fn start_bin(bin: &str, data_dir: &Path, name: &str, extra: &[&str]) -> RealEtcd {
+        let mut e = RealEtcd {
+            child: None,
+            data_dir: data_dir.to_path_buf(),
+            client_url: format!("http://127.0.0.1:{}", free_port()),
+            peer_url: format!("http://127.0.0.1:{}", free_port()),
+            name: name.to_string(),
+        };
+        e.child = Some(e.spawn(bin, extra));
+        e.wait_ready();
+        e
+    }
+
+    fn spawn(&self, bin: &str, extra: &[&str]) -> Child {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.data_dir.with_extension("log"))
+            .expect("open etcd log file");
+        Command::new(bin)
+            .arg("--name")
+            .arg(&self.name)
             .arg("--data-dir")
-            .arg(data_dir)
+            .arg(&self.data_dir)
             .arg("--listen-client-urls")
-            .arg(&client_url)
+            .arg(&self.client_url)
             .arg("--advertise-client-urls")
-            .arg(&client_url)
+            .arg(&self.client_url)
             .arg("--listen-peer-urls")
-            .arg(&peer_url)
+            .arg(&self.peer_url)
             .arg("--initial-advertise-peer-urls")
-            .arg(&peer_url)
+            .arg(&self.peer_url)
             .arg("--initial-cluster")
-            .arg(format!("{name}={peer_url}"))
+            .arg(format!("{}={}", self.name, self.peer_url))
             .args(extra)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .stdout(Stdio::null())
-            .stderr(log);
-        let child = cmd.spawn().expect("spawn etcd");
-        let mut e = RealEtcd {
-            child: Some(child),
-            data_dir: data_dir.to_path_buf(),
-            client_url,
-            peer_url,
-            name: name.to_string(),
-        };
-        e.wait_ready();
-        e
+            .stderr(log)
+            .spawn()
+            .expect("spawn etcd")
+    }
+
+    /// Starts `bin` again on the same data dir and URLs (after a stop or a kill).
+    pub fn restart(&mut self, bin: &str, extra: &[&str]) {
+        self.kill9();
+        self.child = Some(self.spawn(bin, extra));
+        self.wait_ready();
     }
 
     fn wait_ready(&mut self) {

@@ -1,0 +1,153 @@
+// The Maintenance service: Status, Alarm (list; this server raises none yet), Snapshot (a
+// consistent db image with etcd's sha256 trailer) and MoveLeader for a single member.
+// Defragment, Hash, HashKV and Downgrade answer `unimplemented` until they are built.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use proto::etcdserverpb::{
+    AlarmRequest, AlarmResponse, DefragmentRequest, DefragmentResponse, DowngradeRequest,
+    DowngradeResponse, HashKvRequest, HashKvResponse, HashRequest, HashResponse, MoveLeaderRequest,
+    MoveLeaderResponse, SnapshotRequest, SnapshotResponse, StatusRequest, StatusResponse,
+    alarm_request::AlarmAction, maintenance_server::Maintenance,
+};
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status};
+
+use super::errors;
+use crate::server::EtcdServer;
+
+pub struct MaintenanceService {
+    pub server: Arc<EtcdServer>,
+}
+
+fn not_yet(what: &str) -> Status {
+    Status::unimplemented(format!("{what} is not supported by etcd-rs yet"))
+}
+
+const SNAPSHOT_CHUNK: usize = 32 * 1024;
+
+#[tonic::async_trait]
+impl Maintenance for MaintenanceService {
+    async fn alarm(&self, r: Request<AlarmRequest>) -> Result<Response<AlarmResponse>, Status> {
+        let r = r.into_inner();
+        match AlarmAction::try_from(r.action) {
+            // No alarm is ever raised here yet (no quota enforcement): the list is truly empty
+            // and there is nothing to disarm.
+            Ok(AlarmAction::Get) | Ok(AlarmAction::Deactivate) => {
+                Ok(Response::new(AlarmResponse {
+                    header: self.server.header(self.server.kv().current_rev()),
+                    alarms: Vec::new(),
+                }))
+            }
+            _ => Err(not_yet("activating alarms")),
+        }
+    }
+
+    async fn status(&self, _r: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
+        let s = &self.server;
+        let db = s.kv().backend().db();
+        let size = std::fs::metadata(db.path())
+            .map(|m| m.len() as i64)
+            .unwrap_or(0);
+        // In use = pages of the image minus free pages (stats walks the tree: fine for a
+        // status call, not for a hot path).
+        let in_use = db
+            .stats()
+            .map(|st| {
+                ((st.page_count - st.free_pages.min(st.page_count)) * st.page_size as u64) as i64
+            })
+            .unwrap_or(size);
+        let mut errs = Vec::new();
+        if let Some(f) = s.failure() {
+            errs.push(f);
+        }
+        Ok(Response::new(StatusResponse {
+            header: s.header(s.kv().current_rev()),
+            version: crate::version::ETCD_VERSION.to_string(),
+            db_size: size,
+            leader: s.leader(),
+            raft_index: s.commit_index(),
+            raft_term: s.term(),
+            raft_applied_index: s.applied_index(),
+            errors: errs,
+            db_size_in_use: in_use,
+            is_learner: false,
+        }))
+    }
+
+    async fn defragment(
+        &self,
+        _r: Request<DefragmentRequest>,
+    ) -> Result<Response<DefragmentResponse>, Status> {
+        Err(not_yet("Defragment"))
+    }
+
+    async fn hash(&self, _r: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {
+        Err(not_yet("Hash"))
+    }
+
+    async fn hash_kv(
+        &self,
+        _r: Request<HashKvRequest>,
+    ) -> Result<Response<HashKvResponse>, Status> {
+        Err(not_yet("HashKV"))
+    }
+
+    type SnapshotStream = Pin<Box<dyn Stream<Item = Result<SnapshotResponse, Status>> + Send>>;
+
+    async fn snapshot(
+        &self,
+        _r: Request<SnapshotRequest>,
+    ) -> Result<Response<Self::SnapshotStream>, Status> {
+        let server = self.server.clone();
+        let image = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, String> {
+            let backend = server.kv().backend();
+            backend.force_commit().map_err(|e| e.to_string())?;
+            let mut out = Vec::new();
+            backend
+                .db()
+                .snapshot(&mut out, true)
+                .map_err(|e| e.to_string())?;
+            Ok(out)
+        })
+        .await
+        .map_err(|e| Status::internal(e.to_string()))?
+        .map_err(Status::internal)?;
+        let header = self.server.header(self.server.kv().current_rev());
+        let total = image.len();
+        let chunks: Vec<Result<SnapshotResponse, Status>> = image
+            .chunks(SNAPSHOT_CHUNK)
+            .enumerate()
+            .map(|(i, c)| {
+                Ok(SnapshotResponse {
+                    header,
+                    remaining_bytes: (total - (i * SNAPSHOT_CHUNK + c.len())) as u64,
+                    blob: c.to_vec(),
+                    version: String::new(),
+                })
+            })
+            .collect();
+        Ok(Response::new(Box::pin(tokio_stream::iter(chunks))))
+    }
+
+    async fn move_leader(
+        &self,
+        r: Request<MoveLeaderRequest>,
+    ) -> Result<Response<MoveLeaderResponse>, Status> {
+        let target = r.into_inner().target_id;
+        if target == self.server.member_id()
+            || !self.server.members().iter().any(|m| m.id == target)
+        {
+            return Err(errors::BAD_LEADER_TRANSFEREE.status());
+        }
+        Err(not_yet("MoveLeader to another member"))
+    }
+
+    async fn downgrade(
+        &self,
+        _r: Request<DowngradeRequest>,
+    ) -> Result<Response<DowngradeResponse>, Status> {
+        Err(not_yet("Downgrade"))
+    }
+}

@@ -1,0 +1,9 @@
+// The v3 client API served over gRPC (KV, Watch, Lease, Cluster, Maintenance, Auth) and its
+// error vocabulary. The services are built by the server issue on top of the store and raft.
+
+pub mod cluster;
+pub mod errors;
+pub mod kv;
+pub mod maintenance;
+pub mod serve;
+pub mod watch;

@@ -1,0 +1,328 @@
+// The Watch service: one task per client stream holds its watchers and pulls their events from
+// the store's history whenever the revision moves, so the apply loop never waits on a client
+// and a slow client only slows its own stream (its channel is bounded).
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use proto::etcdserverpb::{
+    WatchCreateRequest, WatchRequest, WatchResponse, watch_create_request::FilterType,
+    watch_request::RequestUnion, watch_server::Watch,
+};
+use proto::mvccpb::{Event, event::EventType};
+use tokio::sync::mpsc;
+use tokio_stream::{Stream, StreamExt, wrappers::ReceiverStream};
+use tonic::{Request, Response, Status, Streaming};
+
+use super::errors;
+use crate::mvcc::{KeyRange, MvccError};
+use crate::server::EtcdServer;
+
+/// Events read from the history per round, so one busy watcher cannot build a huge message.
+const EVENTS_PER_ROUND: usize = 1000;
+/// Responses buffered per stream before the stream task waits for the client.
+const STREAM_BUFFER: usize = 128;
+
+pub struct WatchService {
+    pub server: Arc<EtcdServer>,
+}
+
+struct Watcher {
+    key: Vec<u8>,
+    range_end: Vec<u8>,
+    /// The next revision to send events from.
+    next_rev: i64,
+    no_put: bool,
+    no_delete: bool,
+    prev_kv: bool,
+    progress_notify: bool,
+}
+
+impl Watcher {
+    fn wants(&self, e: &Event) -> bool {
+        let Some(kv) = e.kv.as_ref() else {
+            return false;
+        };
+        if !KeyRange::new(&self.key, &self.range_end).contains(&kv.key) {
+            return false;
+        }
+        let is_put = e.r#type == EventType::Put as i32;
+        !(is_put && self.no_put || !is_put && self.no_delete)
+    }
+}
+
+type Out = mpsc::Sender<Result<WatchResponse, Status>>;
+
+struct StreamState {
+    server: Arc<EtcdServer>,
+    out: Out,
+    watchers: BTreeMap<i64, Watcher>,
+    next_id: i64,
+}
+
+impl StreamState {
+    fn header(&self, rev: i64) -> Option<proto::etcdserverpb::ResponseHeader> {
+        self.server.header(rev)
+    }
+
+    async fn send(&self, r: WatchResponse) -> bool {
+        self.out.send(Ok(r)).await.is_ok()
+    }
+
+    async fn create(&mut self, c: WatchCreateRequest) -> bool {
+        let store = self.server.kv();
+        let current = store.current_rev();
+        let id = if c.watch_id != 0 {
+            if self.watchers.contains_key(&c.watch_id) {
+                // etcd refuses a duplicate id with a canceled creation.
+                return self
+                    .send(WatchResponse {
+                        header: self.header(current),
+                        watch_id: c.watch_id,
+                        created: true,
+                        canceled: true,
+                        cancel_reason: "etcdserver: duplicate watch ID".into(),
+                        ..Default::default()
+                    })
+                    .await;
+            }
+            c.watch_id
+        } else {
+            while self.watchers.contains_key(&self.next_id) {
+                self.next_id += 1;
+            }
+            self.next_id
+        };
+        let start = if c.start_revision <= 0 {
+            current + 1
+        } else {
+            c.start_revision
+        };
+        let w = Watcher {
+            key: c.key,
+            range_end: c.range_end,
+            next_rev: start,
+            no_put: c.filters.contains(&(FilterType::Noput as i32)),
+            no_delete: c.filters.contains(&(FilterType::Nodelete as i32)),
+            prev_kv: c.prev_kv,
+            progress_notify: c.progress_notify,
+        };
+        self.watchers.insert(id, w);
+        self.send(WatchResponse {
+            header: self.header(current),
+            watch_id: id,
+            created: true,
+            ..Default::default()
+        })
+        .await
+    }
+
+    async fn cancel(&mut self, id: i64) -> bool {
+        if self.watchers.remove(&id).is_none() {
+            return true;
+        }
+        self.send(WatchResponse {
+            header: self.header(self.server.kv().current_rev()),
+            watch_id: id,
+            canceled: true,
+            ..Default::default()
+        })
+        .await
+    }
+
+    /// Sends every watcher its events up to the current revision.
+    async fn catch_up(&mut self) -> bool {
+        let store = self.server.kv().clone();
+        let ids: Vec<i64> = self.watchers.keys().copied().collect();
+        for id in ids {
+            loop {
+                let current = store.current_rev();
+                let Some(w) = self.watchers.get(&id) else {
+                    break;
+                };
+                if w.next_rev > current {
+                    break;
+                }
+                let from = w.next_rev;
+                let read = {
+                    let store = store.clone();
+                    tokio::task::spawn_blocking(move || {
+                        store.events(from, current, EVENTS_PER_ROUND)
+                    })
+                    .await
+                };
+                let events = match read {
+                    Ok(Ok(ev)) => ev,
+                    Ok(Err(MvccError::Compacted)) => {
+                        self.watchers.remove(&id);
+                        let resp = WatchResponse {
+                            header: self.header(0),
+                            watch_id: id,
+                            canceled: true,
+                            compact_revision: store.compact_rev(),
+                            cancel_reason: errors::COMPACTED.message.to_string(),
+                            ..Default::default()
+                        };
+                        if !self.send(resp).await {
+                            return false;
+                        }
+                        break;
+                    }
+                    Ok(Err(e)) => {
+                        tracing::error!(error = %e, "watch cannot read the history");
+                        return false;
+                    }
+                    Err(_) => return false,
+                };
+                // A full round may end inside a revision: resume from the last complete one.
+                let through = if events.len() >= EVENTS_PER_ROUND {
+                    let last = events
+                        .last()
+                        .and_then(|e| e.kv.as_ref())
+                        .map(|kv| kv.mod_revision)
+                        .unwrap_or(current);
+                    if last > from { last - 1 } else { last }
+                } else {
+                    current
+                };
+                let Some(w) = self.watchers.get_mut(&id) else {
+                    break;
+                };
+                let mut mine: Vec<Event> = events
+                    .into_iter()
+                    .filter(|e| e.kv.as_ref().is_some_and(|kv| kv.mod_revision <= through))
+                    .filter(|e| w.wants(e))
+                    .collect();
+                w.next_rev = through + 1;
+                let prev = w.prev_kv;
+                if mine.is_empty() {
+                    continue;
+                }
+                if prev {
+                    for e in &mut mine {
+                        let Some(kv) = e.kv.as_ref() else { continue };
+                        let key = kv.key.clone();
+                        let before = kv.mod_revision - 1;
+                        let store = store.clone();
+                        let prev_kv = tokio::task::spawn_blocking(move || {
+                            store
+                                .range(KeyRange::new(&key, b""), before, 1)
+                                .ok()
+                                .and_then(|r| r.kvs.into_iter().next())
+                        })
+                        .await
+                        .ok()
+                        .flatten();
+                        e.prev_kv = prev_kv;
+                    }
+                }
+                let resp = WatchResponse {
+                    header: self.header(current),
+                    watch_id: id,
+                    events: mine,
+                    ..Default::default()
+                };
+                if !self.send(resp).await {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// Answers a progress request: the current revision, once every watcher is caught up.
+    async fn progress(&mut self) -> bool {
+        let rev = self.server.kv().current_rev();
+        self.send(WatchResponse {
+            header: self.header(rev),
+            watch_id: -1,
+            ..Default::default()
+        })
+        .await
+    }
+
+    async fn notify_progress(&mut self) -> bool {
+        let rev = self.server.kv().current_rev();
+        let ids: Vec<i64> = self
+            .watchers
+            .iter()
+            .filter(|(_, w)| w.progress_notify && w.next_rev > rev)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            if !self
+                .send(WatchResponse {
+                    header: self.header(rev),
+                    watch_id: id,
+                    ..Default::default()
+                })
+                .await
+            {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+async fn run_stream(server: Arc<EtcdServer>, mut inbound: Streaming<WatchRequest>, out: Out) {
+    let mut rev_rx = server.kv().subscribe_rev();
+    let interval = server.cfg().experimental_watch_progress_notify_interval;
+    let mut ticker = tokio::time::interval(if interval.is_zero() {
+        std::time::Duration::from_secs(600)
+    } else {
+        interval
+    });
+    ticker.tick().await;
+    let mut st = StreamState {
+        server,
+        out,
+        watchers: BTreeMap::new(),
+        next_id: 0,
+    };
+    loop {
+        tokio::select! {
+            msg = inbound.next() => {
+                let req = match msg {
+                    Some(Ok(r)) => r,
+                    _ => return,
+                };
+                let ok = match req.request_union {
+                    Some(RequestUnion::CreateRequest(c)) => st.create(c).await && st.catch_up().await,
+                    Some(RequestUnion::CancelRequest(c)) => st.cancel(c.watch_id).await,
+                    Some(RequestUnion::ProgressRequest(_)) => st.catch_up().await && st.progress().await,
+                    None => true,
+                };
+                if !ok {
+                    return;
+                }
+            }
+            changed = rev_rx.changed() => {
+                if changed.is_err() || !st.catch_up().await {
+                    return;
+                }
+            }
+            _ = ticker.tick() => {
+                if !st.notify_progress().await {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl Watch for WatchService {
+    type WatchStream = Pin<Box<dyn Stream<Item = Result<WatchResponse, Status>> + Send>>;
+
+    async fn watch(
+        &self,
+        request: Request<Streaming<WatchRequest>>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let inbound = request.into_inner();
+        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+        tokio::spawn(run_stream(self.server.clone(), inbound, tx));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}

@@ -1,0 +1,400 @@
+// The KV requests of the v3 API applied to the MVCC store with etcd's semantics: Range options
+// (sort, limit + more, count, filters, keys/count only), Put (prev_kv, ignore_value/lease),
+// DeleteRange, Txn (compares, branches, nested txns) and the checks made before proposing.
+
+use std::cmp::Ordering;
+
+use proto::etcdserverpb::{
+    Compare, DeleteRangeRequest, DeleteRangeResponse, PutRequest, PutResponse, RangeRequest,
+    RangeResponse, RequestOp, ResponseHeader, ResponseOp, TxnRequest, TxnResponse,
+    compare::{CompareResult, CompareTarget, TargetUnion},
+    range_request::{SortOrder, SortTarget},
+    request_op::Request,
+    response_op::Response,
+};
+use proto::mvccpb::KeyValue;
+
+use crate::api::errors::{self, ApiError};
+use crate::mvcc::{KeyRange, KvStore, MvccError, RangeResult, WriteTxn};
+
+/// Tells the KV applier whether a lease exists (the lessor answers).
+pub trait LeaseLookup {
+    fn lease_exists(&self, id: i64) -> bool;
+}
+
+/// No leases at all (tests, and a store without a lessor).
+pub struct NoLeases;
+
+impl LeaseLookup for NoLeases {
+    fn lease_exists(&self, _id: i64) -> bool {
+        false
+    }
+}
+
+pub fn mvcc_error(e: MvccError) -> ApiError {
+    match e {
+        MvccError::Compacted => errors::COMPACTED,
+        MvccError::FutureRev => errors::FUTURE_REV,
+        other => {
+            tracing::error!(error = %other, "storage failure while applying a request");
+            errors::CORRUPT
+        }
+    }
+}
+
+fn rev_header(rev: i64) -> Option<ResponseHeader> {
+    Some(ResponseHeader {
+        revision: rev,
+        ..Default::default()
+    })
+}
+
+/// Checks made by the API before a request is proposed (etcd's request validation).
+pub fn check_range(r: &RangeRequest) -> Result<(), ApiError> {
+    if r.key.is_empty() {
+        return Err(errors::EMPTY_KEY);
+    }
+    if SortOrder::try_from(r.sort_order).is_err() || SortTarget::try_from(r.sort_target).is_err() {
+        return Err(errors::INVALID_SORT_OPTION);
+    }
+    Ok(())
+}
+
+pub fn check_put(r: &PutRequest) -> Result<(), ApiError> {
+    if r.key.is_empty() {
+        return Err(errors::EMPTY_KEY);
+    }
+    if r.ignore_value && !r.value.is_empty() {
+        return Err(errors::VALUE_PROVIDED);
+    }
+    if r.ignore_lease && r.lease != 0 {
+        return Err(errors::LEASE_PROVIDED);
+    }
+    Ok(())
+}
+
+pub fn check_delete(r: &DeleteRangeRequest) -> Result<(), ApiError> {
+    if r.key.is_empty() {
+        return Err(errors::EMPTY_KEY);
+    }
+    Ok(())
+}
+
+/// Validates a txn: op count, each op, and no key written twice in one branch (nested txns
+/// included), as etcd requires.
+pub fn check_txn(r: &TxnRequest, max_txn_ops: usize) -> Result<(), ApiError> {
+    if r.compare.len() > max_txn_ops
+        || r.success.len() > max_txn_ops
+        || r.failure.len() > max_txn_ops
+    {
+        return Err(errors::TOO_MANY_OPS);
+    }
+    for c in &r.compare {
+        if c.key.is_empty() {
+            return Err(errors::EMPTY_KEY);
+        }
+    }
+    for branch in [&r.success, &r.failure] {
+        for op in branch.iter() {
+            match &op.request {
+                Some(Request::RequestRange(x)) => check_range(x)?,
+                Some(Request::RequestPut(x)) => check_put(x)?,
+                Some(Request::RequestDeleteRange(x)) => check_delete(x)?,
+                Some(Request::RequestTxn(x)) => check_txn(x, max_txn_ops)?,
+                None => {}
+            }
+        }
+        let mut puts = Vec::new();
+        let mut deletes = Vec::new();
+        collect_writes(branch, &mut puts, &mut deletes);
+        if has_overlap(&puts, &deletes) {
+            return Err(errors::DUPLICATE_KEY);
+        }
+    }
+    Ok(())
+}
+
+/// Keys a branch puts and ranges it deletes, nested txns' branches included (either branch of
+/// a nested txn may run, so both count).
+fn collect_writes<'a>(
+    ops: &'a [RequestOp],
+    puts: &mut Vec<&'a [u8]>,
+    deletes: &mut Vec<KeyRange<'a>>,
+) {
+    for op in ops {
+        match &op.request {
+            Some(Request::RequestPut(p)) => puts.push(&p.key),
+            Some(Request::RequestDeleteRange(d)) => {
+                deletes.push(KeyRange::new(&d.key, &d.range_end))
+            }
+            Some(Request::RequestTxn(t)) => {
+                // Only one of its branches runs: a key put in both counts once. Each branch
+                // is checked on its own when the nested txn itself is checked.
+                let mut both = Vec::new();
+                collect_writes(&t.success, &mut both, deletes);
+                collect_writes(&t.failure, &mut both, deletes);
+                both.sort_unstable();
+                both.dedup();
+                puts.extend(both);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// etcd's rule: a key may be put once per branch, and not inside a range the branch deletes;
+/// deletes may overlap each other.
+fn has_overlap(puts: &[&[u8]], deletes: &[KeyRange<'_>]) -> bool {
+    let mut sorted = puts.to_vec();
+    sorted.sort_unstable();
+    if sorted.windows(2).any(|w| w[0] == w[1]) {
+        return true;
+    }
+    deletes.iter().any(|d| puts.iter().any(|p| d.contains(p)))
+}
+
+fn sort_and_filter(r: &RangeRequest, rr: RangeResult) -> RangeResponse {
+    let mut kvs = rr.kvs;
+    if r.max_mod_revision != 0 {
+        kvs.retain(|kv| kv.mod_revision <= r.max_mod_revision);
+    }
+    if r.min_mod_revision != 0 {
+        kvs.retain(|kv| kv.mod_revision >= r.min_mod_revision);
+    }
+    if r.max_create_revision != 0 {
+        kvs.retain(|kv| kv.create_revision <= r.max_create_revision);
+    }
+    if r.min_create_revision != 0 {
+        kvs.retain(|kv| kv.create_revision >= r.min_create_revision);
+    }
+    let target = SortTarget::try_from(r.sort_target).unwrap_or(SortTarget::Key);
+    let mut order = SortOrder::try_from(r.sort_order).unwrap_or(SortOrder::None);
+    // The store returns keys in ascending order; another target with no order means ascending.
+    if target != SortTarget::Key && order == SortOrder::None {
+        order = SortOrder::Ascend;
+    }
+    if order != SortOrder::None {
+        let cmp = |a: &KeyValue, b: &KeyValue| -> Ordering {
+            match target {
+                SortTarget::Key => a.key.cmp(&b.key),
+                SortTarget::Version => a.version.cmp(&b.version),
+                SortTarget::Create => a.create_revision.cmp(&b.create_revision),
+                SortTarget::Mod => a.mod_revision.cmp(&b.mod_revision),
+                SortTarget::Value => a.value.cmp(&b.value),
+            }
+        };
+        // Stable, so equal targets stay in key order as etcd's.
+        kvs.sort_by(cmp);
+        if order == SortOrder::Descend {
+            kvs.reverse();
+        }
+    }
+    let mut more = false;
+    if r.limit > 0 && kvs.len() > r.limit as usize {
+        kvs.truncate(r.limit as usize);
+        more = true;
+    }
+    if r.keys_only {
+        for kv in &mut kvs {
+            kv.value.clear();
+        }
+    }
+    if r.count_only {
+        kvs.clear();
+    }
+    RangeResponse {
+        header: rev_header(rr.rev),
+        kvs,
+        more,
+        count: rr.count as i64,
+    }
+}
+
+/// How many keys the store must return for `r`: everything when results are sorted or
+/// filtered afterwards, else one more than the limit to learn whether there are more.
+fn store_limit(r: &RangeRequest) -> usize {
+    let filtered = r.min_mod_revision != 0
+        || r.max_mod_revision != 0
+        || r.min_create_revision != 0
+        || r.max_create_revision != 0;
+    let sorted = r.sort_order != SortOrder::None as i32 || r.sort_target != SortTarget::Key as i32;
+    if filtered || sorted || r.limit <= 0 {
+        0
+    } else {
+        r.limit as usize + 1
+    }
+}
+
+/// A Range served from the store (serializable, or after a ReadIndex round).
+pub fn range(store: &KvStore, r: &RangeRequest) -> Result<RangeResponse, ApiError> {
+    let rr = store
+        .range(
+            KeyRange::new(&r.key, &r.range_end),
+            r.revision,
+            store_limit(r),
+        )
+        .map_err(mvcc_error)?;
+    Ok(sort_and_filter(r, rr))
+}
+
+fn range_in(w: &mut WriteTxn<'_>, r: &RangeRequest) -> Result<RangeResponse, ApiError> {
+    let rr = w
+        .range(
+            KeyRange::new(&r.key, &r.range_end),
+            r.revision,
+            store_limit(r),
+        )
+        .map_err(mvcc_error)?;
+    Ok(sort_and_filter(r, rr))
+}
+
+pub fn put(
+    w: &mut WriteTxn<'_>,
+    r: &PutRequest,
+    leases: &dyn LeaseLookup,
+) -> Result<PutResponse, ApiError> {
+    let mut value = r.value.clone();
+    let mut lease = r.lease;
+    if r.ignore_value || r.ignore_lease {
+        let prev = w
+            .get(&r.key)
+            .map_err(mvcc_error)?
+            .ok_or(errors::KEY_NOT_FOUND)?;
+        if r.ignore_value {
+            value = prev.value;
+        }
+        if r.ignore_lease {
+            lease = prev.lease;
+        }
+    }
+    if lease != 0 && !leases.lease_exists(lease) {
+        return Err(errors::LEASE_NOT_FOUND);
+    }
+    let prev = w.put(&r.key, &value, lease).map_err(mvcc_error)?;
+    Ok(PutResponse {
+        header: rev_header(w.rev()),
+        prev_kv: if r.prev_kv { prev } else { None },
+    })
+}
+
+pub fn delete_range(
+    w: &mut WriteTxn<'_>,
+    r: &DeleteRangeRequest,
+) -> Result<DeleteRangeResponse, ApiError> {
+    let deleted = w
+        .delete_range(KeyRange::new(&r.key, &r.range_end))
+        .map_err(mvcc_error)?;
+    Ok(DeleteRangeResponse {
+        header: None,
+        deleted: deleted.len() as i64,
+        prev_kvs: if r.prev_kv { deleted } else { Vec::new() },
+    })
+}
+
+fn compare_one(c: &Compare, kv: &KeyValue) -> bool {
+    let target = CompareTarget::try_from(c.target).unwrap_or(CompareTarget::Version);
+    let ord = match (target, &c.target_union) {
+        (CompareTarget::Version, Some(TargetUnion::Version(v))) => kv.version.cmp(v),
+        (CompareTarget::Create, Some(TargetUnion::CreateRevision(v))) => kv.create_revision.cmp(v),
+        (CompareTarget::Mod, Some(TargetUnion::ModRevision(v))) => kv.mod_revision.cmp(v),
+        (CompareTarget::Value, Some(TargetUnion::Value(v))) => {
+            kv.value.as_slice().cmp(v.as_slice())
+        }
+        (CompareTarget::Lease, Some(TargetUnion::Lease(v))) => kv.lease.cmp(v),
+        // A missing operand compares as its zero value.
+        (CompareTarget::Version, None) => kv.version.cmp(&0),
+        (CompareTarget::Create, None) => kv.create_revision.cmp(&0),
+        (CompareTarget::Mod, None) => kv.mod_revision.cmp(&0),
+        (CompareTarget::Value, None) => kv.value.as_slice().cmp(&[][..]),
+        (CompareTarget::Lease, None) => kv.lease.cmp(&0),
+        _ => return false,
+    };
+    match CompareResult::try_from(c.result).unwrap_or(CompareResult::Equal) {
+        CompareResult::Equal => ord == Ordering::Equal,
+        CompareResult::NotEqual => ord != Ordering::Equal,
+        CompareResult::Greater => ord == Ordering::Greater,
+        CompareResult::Less => ord == Ordering::Less,
+    }
+}
+
+/// One compare over its key or range: every key must satisfy it; a value compare on missing
+/// keys fails, other targets compare the zero key-value.
+fn compare(w: &mut WriteTxn<'_>, c: &Compare) -> Result<bool, ApiError> {
+    let rr = w
+        .range(KeyRange::new(&c.key, &c.range_end), 0, 0)
+        .map_err(mvcc_error)?;
+    if rr.kvs.is_empty() {
+        if c.target == CompareTarget::Value as i32 {
+            return Ok(false);
+        }
+        return Ok(compare_one(c, &KeyValue::default()));
+    }
+    Ok(rr.kvs.iter().all(|kv| compare_one(c, kv)))
+}
+
+/// Whether all compares of `r` hold now (decides the branch).
+pub fn txn_compares_hold(w: &mut WriteTxn<'_>, r: &TxnRequest) -> Result<bool, ApiError> {
+    for c in &r.compare {
+        if !compare(w, c)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+pub fn txn(
+    w: &mut WriteTxn<'_>,
+    r: &TxnRequest,
+    leases: &dyn LeaseLookup,
+) -> Result<TxnResponse, ApiError> {
+    let ok = txn_compares_hold(w, r)?;
+    let ops = if ok { &r.success } else { &r.failure };
+    let mut responses = Vec::with_capacity(ops.len());
+    for op in ops {
+        let resp = match &op.request {
+            Some(Request::RequestRange(x)) => Response::ResponseRange(range_in(w, x)?),
+            Some(Request::RequestPut(x)) => Response::ResponsePut(put(w, x, leases)?),
+            Some(Request::RequestDeleteRange(x)) => {
+                Response::ResponseDeleteRange(delete_range(w, x)?)
+            }
+            Some(Request::RequestTxn(x)) => Response::ResponseTxn(txn(w, x, leases)?),
+            None => continue,
+        };
+        responses.push(ResponseOp {
+            response: Some(resp),
+        });
+    }
+    Ok(TxnResponse {
+        header: None,
+        succeeded: ok,
+        responses,
+    })
+}
+
+/// Gives every response inside a txn etcd's inner header: the txn's final revision only.
+pub fn stamp_txn_headers(t: &mut TxnResponse, rev: i64) {
+    for op in &mut t.responses {
+        match &mut op.response {
+            Some(Response::ResponseRange(x)) => x.header = rev_header(rev),
+            Some(Response::ResponsePut(x)) => x.header = rev_header(rev),
+            Some(Response::ResponseDeleteRange(x)) => x.header = rev_header(rev),
+            Some(Response::ResponseTxn(x)) => {
+                x.header = rev_header(rev);
+                stamp_txn_headers(x, rev);
+            }
+            None => {}
+        }
+    }
+}
+
+/// True when a txn only reads (it can then be served without raft, like a Range).
+pub fn is_read_only_txn(r: &TxnRequest) -> bool {
+    r.success
+        .iter()
+        .chain(&r.failure)
+        .all(|op| match &op.request {
+            Some(Request::RequestRange(_)) | None => true,
+            Some(Request::RequestTxn(t)) => is_read_only_txn(t),
+            _ => false,
+        })
+}

@@ -1,0 +1,6 @@
+// Cluster membership: members, their IDs, and (with the cluster issue) the member set kept in
+// the backend and changed through raft.
+
+pub mod member;
+
+pub use member::{Member, cluster_id, id_hex, member_id};

@@ -1,0 +1,548 @@
+// The MVCC key-value store: the in-memory index over the backend's `key` bucket, where every
+// change is stored under its revision. One writer (the apply loop), many concurrent readers.
+//
+// Locks, always taken in this order: `write` (one writer), then the backend write group, then
+// `state`. Readers take `state` only to pick revisions from the index and release it before
+// reading values from the backend, so they never hold `state` while waiting for the backend.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use common::backend::{self, Batch, BatchWrite, buckets};
+use prost::Message;
+use proto::mvccpb::{Event, KeyValue, event::EventType};
+
+use super::index::{Index, KeyRange};
+use super::revision::{Revision, is_tombstone};
+
+const CONSISTENT_INDEX_KEY: &[u8] = b"consistent_index";
+const TERM_KEY: &[u8] = b"term";
+const SCHEDULED_COMPACT_KEY: &[u8] = b"scheduledCompactRev";
+const FINISHED_COMPACT_KEY: &[u8] = b"finishedCompactRev";
+
+#[derive(Debug, thiserror::Error)]
+pub enum MvccError {
+    #[error("mvcc: required revision has been compacted")]
+    Compacted,
+    #[error("mvcc: required revision is a future revision")]
+    FutureRev,
+    #[error("mvcc: backend: {0}")]
+    Backend(#[from] backend::Error),
+    #[error("mvcc: corrupt store: {0}")]
+    Corrupt(String),
+}
+
+pub type Result<T> = std::result::Result<T, MvccError>;
+
+struct State {
+    index: Index,
+    current_rev: i64,
+    compact_rev: i64,
+    consistent_index: u64,
+    term: u64,
+}
+
+/// The result of a read: key-values in key order, how many keys matched, and the store's
+/// current revision (what etcd reports in the header, whatever revision was read).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct RangeResult {
+    pub kvs: Vec<KeyValue>,
+    pub count: usize,
+    pub rev: i64,
+}
+
+pub struct KvStore {
+    backend: Arc<Batch>,
+    write: Mutex<()>,
+    state: RwLock<State>,
+    /// The current revision, for watchers to wait on (they read the events themselves).
+    rev_tx: tokio::sync::watch::Sender<i64>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn read_u64(v: Option<Vec<u8>>) -> u64 {
+    v.and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
+        .map(u64::from_be_bytes)
+        .unwrap_or(0)
+}
+
+fn rev_key_upper_bound() -> [u8; 18] {
+    [0xff; 18]
+}
+
+impl KvStore {
+    /// Opens the store over `backend`, creating etcd's buckets when missing and rebuilding the
+    /// index from the `key` bucket. An interrupted compaction is finished.
+    pub fn open(backend: Arc<Batch>) -> Result<KvStore> {
+        {
+            let mut g = backend.begin();
+            for b in buckets::ALL {
+                g.create_bucket(b);
+            }
+            g.finish()?;
+        }
+        let consistent_index = read_u64(backend.get(buckets::META, CONSISTENT_INDEX_KEY)?);
+        let term = read_u64(backend.get(buckets::META, TERM_KEY)?);
+        let rev_of =
+            |v: Option<Vec<u8>>| v.as_deref().and_then(Revision::from_bytes).map(|r| r.main);
+        let finished = rev_of(backend.get(buckets::META, FINISHED_COMPACT_KEY)?).unwrap_or(0);
+        let scheduled = rev_of(backend.get(buckets::META, SCHEDULED_COMPACT_KEY)?).unwrap_or(0);
+
+        let mut index = Index::new();
+        let mut current_rev = 1; // etcd's first write gets revision 2
+        let mut start = Revision::new(0, 0).to_bytes().to_vec();
+        let end = rev_key_upper_bound();
+        loop {
+            let chunk = backend.range(buckets::KEY, &start, Some(&end), 10_000)?;
+            let Some((last, _)) = chunk.last() else { break };
+            let mut next = last.clone();
+            next.push(0);
+            for (k, v) in &chunk {
+                let rev = Revision::from_bytes(k).ok_or_else(|| {
+                    MvccError::Corrupt(format!("bad revision key {k:?} in the key bucket"))
+                })?;
+                let kv = KeyValue::decode(v.as_slice()).map_err(|e| {
+                    MvccError::Corrupt(format!("bad key-value at revision {rev}: {e}"))
+                })?;
+                if is_tombstone(k) {
+                    index.tombstone(&kv.key, rev);
+                } else {
+                    index.put(&kv.key, rev);
+                }
+                current_rev = current_rev.max(rev.main);
+            }
+            start = next;
+        }
+        let current_rev = current_rev.max(finished).max(scheduled);
+        let store = KvStore {
+            backend,
+            write: Mutex::new(()),
+            rev_tx: tokio::sync::watch::Sender::new(current_rev),
+            state: RwLock::new(State {
+                index,
+                current_rev,
+                compact_rev: finished,
+                consistent_index,
+                term,
+            }),
+        };
+        if scheduled > finished {
+            tracing::info!(revision = scheduled, "resuming an interrupted compaction");
+            store.compact_locked(scheduled, &lock(&store.write))?;
+        } else if finished > 0 {
+            // Reads below the compaction point must be refused after a restart too.
+            store.state_mut().index.compact(finished);
+        }
+        Ok(store)
+    }
+
+    fn state(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        self.state.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn state_mut(&self) -> std::sync::RwLockWriteGuard<'_, State> {
+        self.state.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn backend(&self) -> &Arc<Batch> {
+        &self.backend
+    }
+
+    pub fn current_rev(&self) -> i64 {
+        self.state().current_rev
+    }
+
+    pub fn compact_rev(&self) -> i64 {
+        self.state().compact_rev
+    }
+
+    /// The raft index of the last entry applied to this store (persisted with its writes).
+    pub fn consistent_index(&self) -> u64 {
+        self.state().consistent_index
+    }
+
+    pub fn term(&self) -> u64 {
+        self.state().term
+    }
+
+    /// Keys of `range` as of `rev` (0 = now), at most `limit` (0 = all); `count` counts all.
+    pub fn range(&self, range: KeyRange<'_>, rev: i64, limit: usize) -> Result<RangeResult> {
+        let (cur, at, picked, count) = {
+            let st = self.state();
+            let at = if rev <= 0 { st.current_rev } else { rev };
+            if at > st.current_rev {
+                return Err(MvccError::FutureRev);
+            }
+            if at < st.compact_rev {
+                return Err(MvccError::Compacted);
+            }
+            let picked = st.index.range(range, at, limit);
+            let count = if limit == 0 || picked.len() < limit {
+                picked.len()
+            } else {
+                st.index.count(range, at)
+            };
+            (st.current_rev, at, picked, count)
+        };
+        let mut kvs = Vec::with_capacity(picked.len());
+        for (key, s) in picked {
+            match self.backend.get(buckets::KEY, &s.modified.to_bytes())? {
+                Some(v) => kvs.push(KeyValue::decode(v.as_slice()).map_err(|e| {
+                    MvccError::Corrupt(format!("bad key-value at revision {}: {e}", s.modified))
+                })?),
+                None if self.compact_rev() > at => return Err(MvccError::Compacted),
+                None => {
+                    return Err(MvccError::Corrupt(format!(
+                        "key {:?} at revision {} is in the index but not in the backend",
+                        String::from_utf8_lossy(&key),
+                        s.modified
+                    )));
+                }
+            }
+        }
+        Ok(RangeResult {
+            kvs,
+            count,
+            rev: cur,
+        })
+    }
+
+    /// A receiver that changes whenever the current revision does.
+    pub fn subscribe_rev(&self) -> tokio::sync::watch::Receiver<i64> {
+        self.rev_tx.subscribe()
+    }
+
+    /// The changes with main revision in `[from, to]`, in revision order, at most `limit`
+    /// (0 = all): what a watcher catching up from `from` replays. Deletes carry the key and
+    /// their revision only, as etcd's events do.
+    pub fn events(&self, from: i64, to: i64, limit: usize) -> Result<Vec<Event>> {
+        if from > to {
+            return Ok(Vec::new());
+        }
+        if from < self.compact_rev() {
+            return Err(MvccError::Compacted);
+        }
+        let start = Revision::new(from, 0).to_bytes();
+        let end = Revision::new(to + 1, 0).to_bytes();
+        let rows = self
+            .backend
+            .range(buckets::KEY, &start, Some(&end), limit)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for (k, v) in rows {
+            let rev = Revision::from_bytes(&k).ok_or_else(|| {
+                MvccError::Corrupt(format!("bad revision key {k:?} in the key bucket"))
+            })?;
+            let mut kv = KeyValue::decode(v.as_slice())
+                .map_err(|e| MvccError::Corrupt(format!("bad key-value at revision {rev}: {e}")))?;
+            let typ = if is_tombstone(&k) {
+                kv.mod_revision = rev.main;
+                EventType::Delete
+            } else {
+                EventType::Put
+            };
+            out.push(Event {
+                r#type: typ as i32,
+                kv: Some(kv),
+                prev_kv: None,
+            });
+        }
+        if from < self.compact_rev() {
+            // A compaction ran while we read: what we read may have holes.
+            return Err(MvccError::Compacted);
+        }
+        Ok(out)
+    }
+
+    /// Starts the write transaction of one applied request. Only one exists at a time.
+    pub fn write(&self) -> WriteTxn<'_> {
+        let guard = lock(&self.write);
+        let group = self.backend.begin();
+        let begin_rev = self.state().current_rev;
+        WriteTxn {
+            store: self,
+            _guard: guard,
+            group: Some(group),
+            begin_rev,
+            sub: 0,
+            events: Vec::new(),
+        }
+    }
+
+    /// Compacts history at `rev`: reads below it are refused from now on, and the values no
+    /// read at or after it can see are deleted from the backend.
+    pub fn compact(&self, rev: i64) -> Result<()> {
+        let guard = lock(&self.write);
+        {
+            let st = self.state();
+            if rev <= st.compact_rev {
+                return Err(MvccError::Compacted);
+            }
+            if rev > st.current_rev {
+                return Err(MvccError::FutureRev);
+            }
+        }
+        self.compact_locked(rev, &guard)
+    }
+
+    fn compact_locked(&self, rev: i64, _write: &MutexGuard<'_, ()>) -> Result<()> {
+        let rev_bytes = Revision::new(rev, 0).to_bytes();
+        {
+            let mut g = self.backend.begin();
+            g.put(buckets::META, SCHEDULED_COMPACT_KEY, &rev_bytes);
+            g.finish()?;
+        }
+        let keep: HashSet<Revision> = {
+            let mut st = self.state_mut();
+            st.compact_rev = rev;
+            st.index.compact(rev)
+        };
+        // Delete in batches so other work can interleave with a large compaction.
+        let end = Revision::new(rev + 1, 0).to_bytes();
+        let mut start = Revision::new(0, 0).to_bytes().to_vec();
+        loop {
+            let chunk = self.backend.range(buckets::KEY, &start, Some(&end), 1000)?;
+            let Some((last, _)) = chunk.last() else { break };
+            let mut next = last.clone();
+            next.push(0);
+            let mut g = self.backend.begin();
+            for (k, _) in &chunk {
+                if let Some(r) = Revision::from_bytes(k)
+                    && (!keep.contains(&r) || is_tombstone(k))
+                {
+                    g.delete(buckets::KEY, k);
+                }
+            }
+            g.finish()?;
+            start = next;
+        }
+        let mut g = self.backend.begin();
+        g.put(buckets::META, FINISHED_COMPACT_KEY, &rev_bytes);
+        g.finish()?;
+        Ok(())
+    }
+}
+
+/// The changes of one applied request: puts and deletes at revision `begin_rev + 1`, visible
+/// to other readers only once `end` makes them the current revision.
+pub struct WriteTxn<'a> {
+    store: &'a KvStore,
+    _guard: MutexGuard<'a, ()>,
+    /// Taken by `end`; still here on drop means the apply failed half-way.
+    group: Option<BatchWrite<'a>>,
+    begin_rev: i64,
+    sub: i64,
+    events: Vec<Event>,
+}
+
+impl<'a> WriteTxn<'a> {
+    fn group(&mut self) -> &mut BatchWrite<'a> {
+        // Only `end` and drop take the group, and both consume the transaction.
+        self.group.as_mut().unwrap_or_else(|| unreachable!())
+    }
+
+    /// The revision this transaction writes at.
+    pub fn rev(&self) -> i64 {
+        self.begin_rev + 1
+    }
+
+    fn read_rev(&self) -> i64 {
+        if self.sub > 0 {
+            self.begin_rev + 1
+        } else {
+            self.begin_rev
+        }
+    }
+
+    fn load(&mut self, rev: Revision) -> Result<KeyValue> {
+        let v = self
+            .group()
+            .get(buckets::KEY, &rev.to_bytes())?
+            .ok_or_else(|| {
+                MvccError::Corrupt(format!(
+                    "revision {rev} is in the index but not in the backend"
+                ))
+            })?;
+        KeyValue::decode(v.as_slice())
+            .map_err(|e| MvccError::Corrupt(format!("bad key-value at revision {rev}: {e}")))
+    }
+
+    /// Reads inside the transaction, seeing its own writes.
+    pub fn range(&mut self, range: KeyRange<'_>, rev: i64, limit: usize) -> Result<RangeResult> {
+        let cur = self.read_rev();
+        let (at, picked, count) = {
+            let st = self.store.state();
+            let at = if rev <= 0 { cur } else { rev };
+            if at > cur {
+                return Err(MvccError::FutureRev);
+            }
+            if at < st.compact_rev {
+                return Err(MvccError::Compacted);
+            }
+            let picked = st.index.range(range, at, limit);
+            let count = if limit == 0 || picked.len() < limit {
+                picked.len()
+            } else {
+                st.index.count(range, at)
+            };
+            (at, picked, count)
+        };
+        let mut kvs = Vec::with_capacity(picked.len());
+        for (_, s) in picked {
+            kvs.push(self.load(s.modified)?);
+        }
+        Ok(RangeResult {
+            kvs,
+            count,
+            rev: at,
+        })
+    }
+
+    /// The current key-value of `key` (for prev_kv, ignore_value and ignore_lease).
+    pub fn get(&mut self, key: &[u8]) -> Result<Option<KeyValue>> {
+        let cur = self.read_rev();
+        let s = self.store.state().index.get(key, cur);
+        match s {
+            Some(s) => Ok(Some(self.load(s.modified)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Writes `key` = `value` with `lease`; returns the previous key-value if there was one.
+    pub fn put(&mut self, key: &[u8], value: &[u8], lease: i64) -> Result<Option<KeyValue>> {
+        let prev = self.get(key)?;
+        let rev = Revision::new(self.rev(), self.sub);
+        let (created, version) = match &prev {
+            Some(p) => (p.create_revision, p.version + 1),
+            None => (rev.main, 1),
+        };
+        let kv = KeyValue {
+            key: key.to_vec(),
+            create_revision: created,
+            mod_revision: rev.main,
+            version,
+            value: value.to_vec(),
+            lease,
+        };
+        self.group()
+            .put(buckets::KEY, &rev.to_bytes(), &kv.encode_to_vec());
+        self.store.state_mut().index.put(key, rev);
+        self.sub += 1;
+        self.events.push(Event {
+            r#type: EventType::Put as i32,
+            kv: Some(kv),
+            prev_kv: prev.clone(),
+        });
+        Ok(prev)
+    }
+
+    /// Deletes the keys of `range` alive now; returns the deleted key-values.
+    pub fn delete_range(&mut self, range: KeyRange<'_>) -> Result<Vec<KeyValue>> {
+        let cur = self.read_rev();
+        let victims: Vec<(Vec<u8>, Revision)> = {
+            let st = self.store.state();
+            st.index
+                .range(range, cur, 0)
+                .into_iter()
+                .map(|(k, s)| (k, s.modified))
+                .collect()
+        };
+        let mut deleted = Vec::with_capacity(victims.len());
+        for (key, modified) in victims {
+            let prev = self.load(modified)?;
+            let rev = Revision::new(self.rev(), self.sub);
+            let tomb = KeyValue {
+                key: key.clone(),
+                ..Default::default()
+            };
+            self.group().put(
+                buckets::KEY,
+                &rev.to_tombstone_bytes(),
+                &tomb.encode_to_vec(),
+            );
+            self.store.state_mut().index.tombstone(&key, rev);
+            self.sub += 1;
+            self.events.push(Event {
+                r#type: EventType::Delete as i32,
+                kv: Some(KeyValue {
+                    key,
+                    mod_revision: rev.main,
+                    ..Default::default()
+                }),
+                prev_kv: Some(prev.clone()),
+            });
+            deleted.push(prev);
+        }
+        Ok(deleted)
+    }
+
+    /// Reads a key of another bucket, seeing this transaction's writes.
+    pub fn get_raw(&mut self, bucket: &[u8], key: &[u8]) -> Option<Vec<u8>> {
+        self.group().get(bucket, key).ok().flatten()
+    }
+
+    /// Writes a key of another bucket in the same atomic group (leases, auth, membership).
+    pub fn put_raw(&mut self, bucket: &[u8], key: &[u8], value: &[u8]) {
+        self.group().put(bucket, key, value);
+    }
+
+    pub fn delete_raw(&mut self, bucket: &[u8], key: &[u8]) {
+        self.group().delete(bucket, key);
+    }
+
+    /// Ends the transaction as the apply of raft entry `index` in `term`: the consistent index
+    /// is stored in the same atomic group, and the changes become the current revision.
+    /// Returns the events for watchers and the store's revision afterwards.
+    pub fn end(mut self, index: u64, term: u64) -> Result<(Vec<Event>, i64)> {
+        let g = self.group();
+        g.put(buckets::META, CONSISTENT_INDEX_KEY, &index.to_be_bytes());
+        g.put(buckets::META, TERM_KEY, &term.to_be_bytes());
+        let rev = self.publish(Some((index, term)));
+        let events = std::mem::take(&mut self.events);
+        if let Some(g) = self.group.take() {
+            g.finish()?;
+        }
+        Ok((events, rev))
+    }
+
+    /// Makes the written changes the current revision.
+    fn publish(&mut self, applied: Option<(u64, u64)>) -> i64 {
+        let mut st = self.store.state_mut();
+        if self.sub > 0 {
+            st.current_rev = self.begin_rev + 1;
+        }
+        if let Some((index, term)) = applied {
+            st.consistent_index = index;
+            st.term = term;
+        }
+        let rev = st.current_rev;
+        drop(st);
+        self.store.rev_tx.send_if_modified(|r| {
+            let changed = *r != rev;
+            *r = rev;
+            changed
+        });
+        rev
+    }
+}
+
+impl Drop for WriteTxn<'_> {
+    fn drop(&mut self) {
+        if let Some(g) = self.group.take() {
+            // An apply that failed half-way: keep the index and the revision consistent with
+            // what reached the backend buffer, and say so.
+            if self.sub > 0 {
+                tracing::error!(
+                    revision = self.begin_rev + 1,
+                    "a write transaction ended without being applied completely"
+                );
+            }
+            self.publish(None);
+            if let Err(e) = g.finish() {
+                tracing::error!(error = %e, "backend commit after a failed apply");
+            }
+        }
+    }
+}

@@ -1,0 +1,259 @@
+// Applies one committed raft entry to the state machine: client requests (InternalRaftRequest)
+// to the KV store, membership records, and conf changes; returns what the waiting client gets.
+
+use prost::Message;
+use proto::etcdserverpb::{
+    CompactionResponse, DeleteRangeResponse, InternalRaftRequest, PutResponse, RangeRequest,
+    Request, RequestOp, TxnRequest, TxnResponse, request_op,
+};
+use proto::raftpb::Entry;
+
+use crate::api::errors::{self, ApiError};
+use crate::apply::kv::{self, LeaseLookup};
+use crate::membership::Member;
+use crate::mvcc::{KeyRange, KvStore, MvccError};
+use common::backend::buckets;
+
+/// The result handed to the client that proposed a request.
+#[derive(Debug, Clone)]
+pub enum Applied {
+    Put(PutResponse),
+    DeleteRange(DeleteRangeResponse),
+    Txn(TxnResponse),
+    Compaction(CompactionResponse),
+    /// A request with nothing to return (membership attributes, cluster version).
+    Done,
+}
+
+/// What an apply produced: the result (or etcd's error) and the store revision after it.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub result: Result<Applied, ApiError>,
+    pub revision: i64,
+}
+
+/// Member attributes and cluster version changes the server must learn about.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    MemberAttributes {
+        id: u64,
+        name: String,
+        client_urls: Vec<String>,
+    },
+    ClusterVersion(String),
+}
+
+/// Checks, before anything is written, that every op of the branch a txn will take can be
+/// applied: otherwise a failure half-way would leave part of the txn written.
+fn precheck_txn(
+    w: &mut crate::mvcc::WriteTxn<'_>,
+    r: &TxnRequest,
+    leases: &dyn LeaseLookup,
+) -> Result<(), ApiError> {
+    let ok = kv::txn_compares_hold(w, r)?;
+    let ops: &[RequestOp] = if ok { &r.success } else { &r.failure };
+    for op in ops {
+        match &op.request {
+            Some(request_op::Request::RequestPut(p)) => {
+                let prev = if p.ignore_value || p.ignore_lease {
+                    Some(
+                        w.get(&p.key)
+                            .map_err(kv::mvcc_error)?
+                            .ok_or(errors::KEY_NOT_FOUND)?,
+                    )
+                } else {
+                    None
+                };
+                let lease = match (&prev, p.ignore_lease) {
+                    (Some(prev), true) => prev.lease,
+                    _ => p.lease,
+                };
+                if lease != 0 && !leases.lease_exists(lease) {
+                    return Err(errors::LEASE_NOT_FOUND);
+                }
+            }
+            Some(request_op::Request::RequestRange(RangeRequest { revision, .. }))
+                if *revision > 0 =>
+            {
+                let rev: i64 = *revision;
+                w.range(KeyRange::new(b"\0", b""), rev, 1)
+                    .map_err(kv::mvcc_error)?;
+            }
+            Some(request_op::Request::RequestTxn(t)) => precheck_txn(w, t, leases)?,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Applies a normal entry. Entries at or below the store's consistent index were applied
+/// before a restart and are skipped (`None`). Returns the proposer's id with the outcome.
+pub fn apply_normal(
+    store: &KvStore,
+    e: &Entry,
+    leases: &dyn LeaseLookup,
+    effects: &mut Vec<Effect>,
+) -> Option<(u64, Outcome)> {
+    if e.index <= store.consistent_index() {
+        return None;
+    }
+    let data = e.data();
+    let mut w = store.write();
+    if data.is_empty() {
+        // A new leader's empty entry: only the consistent index moves.
+        let rev = w.end(e.index, e.term).map(|r| r.1).unwrap_or(0);
+        return Some((
+            0,
+            Outcome {
+                result: Ok(Applied::Done),
+                revision: rev,
+            },
+        ));
+    }
+    let req = match InternalRaftRequest::decode(data) {
+        Ok(r) => r,
+        Err(_) => {
+            // etcd 3.4 proposes member attributes and the cluster version as v2 requests.
+            if let Ok(v2) = Request::decode(data) {
+                apply_v2(&mut w, &v2, effects);
+            } else {
+                tracing::warn!(
+                    index = e.index,
+                    "skipping an entry that is neither a v3 nor a v2 request"
+                );
+            }
+            let rev = w.end(e.index, e.term).map(|r| r.1).unwrap_or(0);
+            return Some((
+                0,
+                Outcome {
+                    result: Ok(Applied::Done),
+                    revision: rev,
+                },
+            ));
+        }
+    };
+    let id = req
+        .header
+        .as_ref()
+        .map(|h| h.id)
+        .filter(|id| *id != 0)
+        .unwrap_or(req.id);
+    let mut compact_to = None;
+    let result = if let Some(p) = &req.put {
+        kv::put(&mut w, p, leases).map(Applied::Put)
+    } else if let Some(d) = &req.delete_range {
+        kv::delete_range(&mut w, d).map(Applied::DeleteRange)
+    } else if let Some(t) = &req.txn {
+        precheck_txn(&mut w, t, leases).and_then(|()| kv::txn(&mut w, t, leases).map(Applied::Txn))
+    } else if let Some(c) = &req.compaction {
+        compact_to = Some(c.revision);
+        Ok(Applied::Compaction(CompactionResponse::default()))
+    } else if let Some(a) = &req.cluster_member_attr_set {
+        let attrs = a.member_attributes.clone().unwrap_or_default();
+        update_member(&mut w, a.member_id, &attrs.name, &attrs.client_urls);
+        effects.push(Effect::MemberAttributes {
+            id: a.member_id,
+            name: attrs.name,
+            client_urls: attrs.client_urls,
+        });
+        Ok(Applied::Done)
+    } else if let Some(v) = &req.cluster_version_set {
+        w.put_raw(buckets::CLUSTER, b"clusterVersion", v.ver.as_bytes());
+        effects.push(Effect::ClusterVersion(v.ver.clone()));
+        Ok(Applied::Done)
+    } else {
+        // The API refuses requests this server cannot apply, so only another member could
+        // have proposed this; say so rather than guess.
+        tracing::error!(
+            index = e.index,
+            "skipping a request this version cannot apply"
+        );
+        Err(errors::NOT_CAPABLE)
+    };
+    let (rev, result) = match w.end(e.index, e.term) {
+        Ok((_events, rev)) => (rev, result),
+        Err(err) => (0, Err(kv::mvcc_error(err))),
+    };
+    let mut result = result;
+    if let Some(at) = compact_to {
+        result = match store.compact(at) {
+            Ok(()) => result,
+            Err(MvccError::Compacted) => Err(errors::COMPACTED),
+            Err(MvccError::FutureRev) => Err(errors::FUTURE_REV),
+            Err(other) => Err(kv::mvcc_error(other)),
+        };
+    }
+    if let Ok(Applied::Txn(t)) = &mut result {
+        kv::stamp_txn_headers(t, rev);
+    }
+    Some((
+        id,
+        Outcome {
+            result,
+            revision: rev,
+        },
+    ))
+}
+
+fn update_member(w: &mut crate::mvcc::WriteTxn<'_>, id: u64, name: &str, client_urls: &[String]) {
+    let key = crate::membership::id_hex(id);
+    let mut m = w
+        .get_raw(buckets::MEMBERS, key.as_bytes())
+        .and_then(|v| Member::from_json(&v).ok())
+        .unwrap_or(Member {
+            id,
+            ..Default::default()
+        });
+    m.name = name.to_string();
+    m.client_urls = client_urls.to_vec();
+    w.put_raw(buckets::MEMBERS, key.as_bytes(), m.to_json().as_bytes());
+}
+
+/// etcd 3.4's v2 requests: `PUT /0/members/<id>/attributes` and `PUT /0/version`.
+fn apply_v2(w: &mut crate::mvcc::WriteTxn<'_>, r: &Request, effects: &mut Vec<Effect>) {
+    if r.method != "PUT" {
+        return;
+    }
+    if r.path == "/0/version" {
+        w.put_raw(buckets::CLUSTER, b"clusterVersion", r.val.as_bytes());
+        effects.push(Effect::ClusterVersion(r.val.clone()));
+    } else if let Some(id_hex) = r
+        .path
+        .strip_prefix("/0/members/")
+        .and_then(|p| p.strip_suffix("/attributes"))
+        && let Ok(id) = u64::from_str_radix(id_hex, 16)
+    {
+        #[derive(serde::Deserialize)]
+        struct Attrs {
+            #[serde(default)]
+            name: String,
+            #[serde(rename = "clientURLs", default)]
+            client_urls: Vec<String>,
+        }
+        if let Ok(a) = serde_json::from_str::<Attrs>(&r.val) {
+            update_member(w, id, &a.name, &a.client_urls);
+            effects.push(Effect::MemberAttributes {
+                id,
+                name: a.name,
+                client_urls: a.client_urls,
+            });
+        }
+    }
+}
+
+/// Records a member added by a conf change (its JSON is the change's context).
+pub fn apply_member_added(store: &KvStore, e: &Entry, member: &Member) {
+    if e.index <= store.consistent_index() {
+        return;
+    }
+    let mut w = store.write();
+    let key = crate::membership::id_hex(member.id);
+    w.put_raw(
+        buckets::MEMBERS,
+        key.as_bytes(),
+        member.to_json().as_bytes(),
+    );
+    if let Err(err) = w.end(e.index, e.term) {
+        tracing::error!(error = %err, "failed to persist a new member");
+    }
+}

@@ -1,0 +1,169 @@
+// The MVCC store over the real backend: revisions and versions as etcd assigns them, reads of
+// the past, compaction, restart, and the same data as the real etcd 3.4 on its own db file.
+
+#[path = "../../common/tests/support/mod.rs"]
+mod support;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use common::backend::{Batch, BatchConfig, Db};
+use etcd::mvcc::{KeyRange, KvStore, MvccError};
+use proto::mvccpb::event::EventType;
+
+fn open(path: &Path) -> KvStore {
+    let db = Db::open(path).unwrap();
+    KvStore::open(Arc::new(Batch::new(db, BatchConfig::default()))).unwrap()
+}
+
+fn one(key: &[u8]) -> KeyRange<'_> {
+    KeyRange::new(key, b"")
+}
+
+#[test]
+fn revisions_versions_and_reads_of_the_past() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir.path().join("db"));
+    assert_eq!(s.current_rev(), 1);
+
+    let mut w = s.write();
+    assert_eq!(w.put(b"foo", b"bar", 0).unwrap(), None);
+    let (events, rev) = w.end(5, 2).unwrap();
+    assert_eq!(rev, 2);
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].r#type, EventType::Put as i32);
+
+    let mut w = s.write();
+    let prev = w.put(b"foo", b"baz", 0).unwrap().unwrap();
+    assert_eq!(prev.value, b"bar");
+    w.put(b"zoo", b"1", 7).unwrap();
+    // Inside the txn, reads see its own writes.
+    assert_eq!(w.range(one(b"zoo"), 0, 0).unwrap().kvs[0].value, b"1");
+    w.end(6, 2).unwrap();
+    assert_eq!(s.consistent_index(), 6);
+
+    let now = s.range(KeyRange::new(b"a", b"\0"), 0, 0).unwrap();
+    assert_eq!(now.rev, 3);
+    let foo = &now.kvs[0];
+    assert_eq!(
+        (foo.create_revision, foo.mod_revision, foo.version),
+        (2, 3, 2)
+    );
+    assert_eq!(now.kvs[1].lease, 7);
+    let past = s.range(one(b"foo"), 2, 0).unwrap();
+    assert_eq!(past.kvs[0].value, b"bar");
+    assert!(matches!(
+        s.range(one(b"foo"), 4, 0),
+        Err(MvccError::FutureRev)
+    ));
+
+    // Limit with count of all matches.
+    let lim = s.range(KeyRange::new(b"a", b"\0"), 0, 1).unwrap();
+    assert_eq!((lim.kvs.len(), lim.count), (1, 2));
+
+    let mut w = s.write();
+    let gone = w.delete_range(KeyRange::new(b"f", b"g")).unwrap();
+    assert_eq!(gone.len(), 1);
+    let (ev, rev) = w.end(7, 2).unwrap();
+    assert_eq!(rev, 4);
+    assert_eq!(ev[0].r#type, EventType::Delete as i32);
+    assert_eq!(ev[0].prev_kv.as_ref().unwrap().value, b"baz");
+    assert!(s.range(one(b"foo"), 0, 0).unwrap().kvs.is_empty());
+
+    // A txn that changes nothing does not create a revision.
+    let mut w = s.write();
+    assert!(w.delete_range(one(b"nothing")).unwrap().is_empty());
+    assert_eq!(w.end(8, 2).unwrap().1, 4);
+
+    // Recreated keys start a new generation.
+    let mut w = s.write();
+    w.put(b"foo", b"again", 0).unwrap();
+    w.end(9, 3).unwrap();
+    let foo = s.range(one(b"foo"), 0, 0).unwrap().kvs[0].clone();
+    assert_eq!((foo.create_revision, foo.version), (5, 1));
+}
+
+#[test]
+fn compaction_and_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    {
+        let s = open(&path);
+        for i in 0..10 {
+            let mut w = s.write();
+            w.put(b"k", format!("v{i}").as_bytes(), 0).unwrap();
+            w.put(format!("other{i}").as_bytes(), b"x", 0).unwrap();
+            w.end(10 + i, 2).unwrap();
+        }
+        let mut w = s.write();
+        w.delete_range(KeyRange::new(b"other0", b"other5")).unwrap();
+        w.end(20, 2).unwrap();
+        assert_eq!(s.current_rev(), 12);
+        s.compact(8).unwrap();
+        assert!(matches!(s.compact(8), Err(MvccError::Compacted)));
+        assert!(matches!(
+            s.range(one(b"k"), 7, 0),
+            Err(MvccError::Compacted)
+        ));
+        assert_eq!(s.range(one(b"k"), 8, 0).unwrap().kvs[0].value, b"v6");
+        s.backend().force_commit().unwrap();
+    }
+    // After a restart: the same data, revision, consistent index and compaction point.
+    let s = open(&path);
+    assert_eq!(s.current_rev(), 12);
+    assert_eq!(s.consistent_index(), 20);
+    assert_eq!(s.compact_rev(), 8);
+    assert!(matches!(
+        s.range(one(b"k"), 7, 0),
+        Err(MvccError::Compacted)
+    ));
+    assert_eq!(s.range(one(b"k"), 8, 0).unwrap().kvs[0].value, b"v6");
+    let all = s.range(KeyRange::new(b"other", b"otherz"), 0, 0).unwrap();
+    assert_eq!(all.kvs.len(), 5);
+    assert_eq!(s.range(one(b"k"), 0, 0).unwrap().kvs[0].version, 10);
+    // Only what reads at or after 8 need is left of "k": v6..v9.
+    let rows = s
+        .backend()
+        .range(b"key", &[0u8; 17], Some(&[0xffu8; 18]), 0)
+        .unwrap();
+    let k_rows = rows
+        .iter()
+        .filter(|(_, v)| {
+            use prost::Message;
+            proto::mvccpb::KeyValue::decode(v.as_slice()).unwrap().key == b"k"
+        })
+        .count();
+    assert_eq!(k_rows, 4);
+}
+
+/// Reads the db file of a real etcd 3.4 and sees exactly what its etcdctl sees.
+#[test]
+fn reads_a_real_etcd_db_like_etcd() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut etcd = support::RealEtcd::start(&tmp.path().join("d"), "mvcc");
+    etcd.etcdctl_ok(&["put", "a", "1"]);
+    etcd.etcdctl_ok(&["put", "b", "2"]);
+    etcd.etcdctl_ok(&["put", "a", "3"]);
+    etcd.etcdctl_ok(&["del", "b"]);
+    etcd.etcdctl_ok(&["put", "c", "4"]);
+    let json = etcd.etcdctl_ok(&["get", "", "--from-key", "-w", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let rev = v["header"]["revision"].as_i64().unwrap();
+    etcd.stop();
+
+    let db_path = etcd.data_dir.join("member/snap/db");
+    let s = open(&db_path);
+    assert_eq!(s.current_rev(), rev);
+    assert!(s.consistent_index() > 0);
+    let got = s.range(KeyRange::new(b"\0", b"\0"), 0, 0).unwrap();
+    let want = v["kvs"].as_array().unwrap();
+    assert_eq!(got.kvs.len(), want.len());
+    for (g, w) in got.kvs.iter().zip(want) {
+        assert_eq!(g.create_revision, w["create_revision"].as_i64().unwrap());
+        assert_eq!(g.mod_revision, w["mod_revision"].as_i64().unwrap());
+        assert_eq!(g.version, w["version"].as_i64().unwrap());
+    }
+    assert_eq!(got.kvs[0].value, b"3");
+    // History is there too: "b" at the revision before its delete.
+    assert_eq!(s.range(one(b"b"), 3, 0).unwrap().kvs[0].value, b"2");
+}

@@ -1,0 +1,245 @@
+// Our server driven by the real Go etcdctl 3.4, side by side with the real etcd 3.4: the same
+// commands on fresh servers must print the same thing (member and cluster IDs and URLs, which
+// are derived from the free ports each server got, are normalised).
+
+#[path = "../../common/tests/support/mod.rs"]
+mod support;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use support::RealEtcd;
+
+const OURS: &str = env!("CARGO_BIN_EXE_etcd");
+
+/// Runs etcdctl with optional stdin; returns (exit code, stdout, first stderr line that is not
+/// the Go client's retry log).
+fn ctl(e: &RealEtcd, args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
+    let mut c = Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .arg("--endpoints")
+        .arg(&e.client_url)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run etcdctl");
+    if let Some(input) = stdin {
+        c.stdin
+            .take()
+            .expect("stdin")
+            .write_all(input.as_bytes())
+            .expect("write stdin");
+    }
+    drop(c.stdin.take());
+    let out = c.wait_with_output().expect("wait etcdctl");
+    let err = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter(|l| !l.contains("retry_interceptor"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        err,
+    )
+}
+
+/// Runs a (never ending) etcdctl watch for a second and returns what it printed.
+fn watch_for_a_second(e: &RealEtcd, args: &[&str]) -> String {
+    let mut c = Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .arg("--endpoints")
+        .arg(&e.client_url)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run etcdctl watch");
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let _ = c.kill();
+    let out = c.wait_with_output().expect("wait etcdctl watch");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Replaces what legitimately differs between two fresh servers.
+fn normalise(s: &str, e: &RealEtcd, member_id: u64, cluster_id: u64) -> String {
+    s.replace(&member_id.to_string(), "<MEMBER>")
+        .replace(&format!("{member_id:x}"), "<MEMBER>")
+        .replace(&cluster_id.to_string(), "<CLUSTER>")
+        .replace(&format!("{cluster_id:x}"), "<CLUSTER>")
+        .replace(&e.client_url, "<CLIENT-URL>")
+        .replace(&e.peer_url, "<PEER-URL>")
+}
+
+fn ids(e: &RealEtcd) -> (u64, u64) {
+    let (_, out, _) = ctl(e, &["get", "x", "-w", "json"], None);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json header");
+    (
+        v["header"]["member_id"].as_u64().expect("member id"),
+        v["header"]["cluster_id"].as_u64().expect("cluster id"),
+    )
+}
+
+/// (args, stdin) run in order on both servers.
+fn script() -> Vec<(Vec<&'static str>, Option<&'static str>)> {
+    let c = |a: &[&'static str]| (a.to_vec(), None);
+    vec![
+        c(&["put", "foo", "bar"]),
+        c(&["put", "foo1", "bar1", "-w", "json"]),
+        c(&["put", "foo2", "bar2", "--prev-kv"]),
+        c(&["put", "foo2", "bar22", "--prev-kv", "-w", "json"]),
+        c(&["put", "zoo", "z"]),
+        c(&["get", "foo"]),
+        c(&["get", "foo", "-w", "json"]),
+        c(&["get", "foo", "-w", "fields"]),
+        c(&["get", "foo", "--prefix"]),
+        c(&["get", "foo", "--prefix", "--limit", "2", "-w", "json"]),
+        c(&["get", "foo", "--from-key", "--keys-only"]),
+        c(&["get", "foo", "--prefix", "--keys-only", "-w", "json"]),
+        c(&["get", "foo", "--prefix", "--print-value-only"]),
+        c(&[
+            "get",
+            "foo",
+            "--prefix",
+            "--sort-by",
+            "VALUE",
+            "--order",
+            "DESCEND",
+        ]),
+        c(&[
+            "get",
+            "foo",
+            "--prefix",
+            "--sort-by",
+            "MODIFY",
+            "--order",
+            "ASCEND",
+            "-w",
+            "json",
+        ]),
+        c(&["get", "foo2", "--rev", "4"]),
+        c(&["get", "foo", "--prefix", "--consistency", "s"]),
+        c(&[
+            "get",
+            "",
+            "--from-key",
+            "--min-mod-revision",
+            "4",
+            "--keys-only",
+        ]),
+        c(&["get", "nothing-here", "-w", "json"]),
+        c(&["get", "foo", "--rev", "100"]),
+        c(&["put", "", "v"]),
+        (
+            vec!["txn"],
+            Some("value(\"foo\") = \"bar\"\n\nput t1 yes\nget foo\n\nput t1 no\n\n"),
+        ),
+        (
+            vec!["txn", "-w", "json"],
+            Some("mod(\"zoo\") > \"100\"\n\nput t2 yes\n\nput t2 no\ndel zoo\n\n"),
+        ),
+        (vec!["txn"], Some("\n\nput d 1\nput d 2\n\n\n")),
+        c(&["del", "foo1"]),
+        c(&["del", "foo", "--prefix", "--prev-kv"]),
+        c(&["del", "nothing"]),
+        c(&["del", "t", "--from-key", "-w", "json"]),
+        c(&["compaction", "3"]),
+        c(&["get", "foo", "--rev", "2"]),
+        c(&["compaction", "2"]),
+        c(&["member", "list"]),
+        c(&["member", "list", "-w", "json"]),
+    ]
+}
+
+#[test]
+fn real_etcdctl_sees_the_same_as_against_real_etcd() {
+    let tmp = tempfile::tempdir().unwrap();
+    let real = RealEtcd::start(&tmp.path().join("real"), "node");
+    let ours = RealEtcd::start_bin(OURS, &tmp.path().join("ours"), "node", &[]);
+    let (rm, rc) = ids(&real);
+    let (om, oc) = ids(&ours);
+    let mut succeeded = 0;
+    for (args, stdin) in script() {
+        let (rcode, rout, rerr) = ctl(&real, &args, stdin);
+        if rcode == 0 && !rout.is_empty() {
+            succeeded += 1;
+        }
+        let (ocode, oout, oerr) = ctl(&ours, &args, stdin);
+        assert_eq!(
+            ocode, rcode,
+            "exit code of etcdctl {args:?}\nours: {oout}{oerr}\nreal: {rout}{rerr}"
+        );
+        assert_eq!(
+            normalise(&oout, &ours, om, oc),
+            normalise(&rout, &real, rm, rc),
+            "stdout of etcdctl {args:?}"
+        );
+        assert_eq!(oerr, rerr, "stderr of etcdctl {args:?}");
+    }
+    // endpoint health prints a timing; compare its shape.
+    // Watches replay history from a revision and keep running: compare what they printed in
+    // their first second.
+    for args in [
+        vec!["watch", "foo", "--prefix", "--rev", "4"],
+        vec![
+            "watch",
+            "foo",
+            "--prefix",
+            "--rev",
+            "4",
+            "--prev-kv",
+            "-w",
+            "json",
+        ],
+        vec!["watch", "", "--from-key", "--rev", "5"],
+        vec!["watch", "foo", "--rev", "1", "-w", "json"],
+    ] {
+        let r = watch_for_a_second(&real, &args);
+        let o = watch_for_a_second(&ours, &args);
+        assert!(!r.is_empty(), "the real etcd printed nothing for {args:?}");
+        assert_eq!(
+            normalise(&o, &ours, om, oc),
+            normalise(&r, &real, rm, rc),
+            "etcdctl {args:?}"
+        );
+    }
+    // The script is mostly commands that work and print something: a typo that fails on both
+    // servers alike would otherwise compare nothing.
+    assert!(
+        succeeded >= 25,
+        "only {succeeded} commands printed output on the real etcd"
+    );
+    // etcdctl 3.4 prints the health line on stderr.
+    let (code, _, err) = ctl(&ours, &["endpoint", "health"], None);
+    assert_eq!(code, 0);
+    assert!(
+        err.contains("is healthy: successfully committed proposal"),
+        "{err}"
+    );
+}
+
+#[test]
+fn acknowledged_writes_survive_kill_9_and_revisions_continue() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut ours = RealEtcd::start_bin(OURS, &tmp.path().join("ours"), "node", &[]);
+    for i in 0..50 {
+        let (code, _, err) = ctl(&ours, &["put", &format!("k{i:03}"), &format!("v{i}")], None);
+        assert_eq!(code, 0, "{err}");
+    }
+    ours.restart(OURS, &[]);
+    let (_, out, _) = ctl(
+        &ours,
+        &["get", "k", "--prefix", "--keys-only", "-w", "json"],
+        None,
+    );
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["count"], 50);
+    assert_eq!(v["header"]["revision"], 51);
+    let (_, out, _) = ctl(&ours, &["put", "after", "restart", "-w", "json"], None);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["header"]["revision"], 52);
+    let (_, out, _) = ctl(&ours, &["get", "k049", "--print-value-only"], None);
+    assert_eq!(out.trim(), "v49");
+}

@@ -61,7 +61,12 @@ fn crash_child() {
     let Ok(path) = std::env::var(CRASH_ENV) else {
         return;
     };
-    let db = Db::open(&path).unwrap();
+    // Odd rounds run as etcd does: no freelist page, rebuilt from the trees at each open.
+    let opts = Options {
+        persist_freelist: std::env::var("BACKEND_CRASH_NO_FREELIST").is_err(),
+        ..Options::default()
+    };
+    let db = Db::open_with(&path, opts).unwrap();
     let mut tx = db.begin_write().unwrap();
     tx.create_bucket_if_not_exists(b"b").unwrap();
     tx.commit().unwrap();
@@ -105,6 +110,14 @@ fn crash_kill9_rounds() {
                 "1",
             ])
             .env(CRASH_ENV, &path)
+            .env(
+                if round % 2 == 1 {
+                    "BACKEND_CRASH_NO_FREELIST"
+                } else {
+                    "BACKEND_CRASH_UNUSED"
+                },
+                "1",
+            )
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()

@@ -175,8 +175,9 @@ fn main() {
         let mut total_o = 0usize;
         {
             let tx = ours.begin_read();
+            let bucket = tx.bucket(BUCKET).expect("bucket");
             for s in &starts {
-                let mut c = tx.cursor(BUCKET).expect("cursor");
+                let mut c = bucket.cursor();
                 let mut e = c.seek(s).expect("seek");
                 let mut k = 0;
                 while let Some((_, v)) = e {

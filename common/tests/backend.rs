@@ -61,7 +61,12 @@ fn crash_child() {
     let Ok(path) = std::env::var(CRASH_ENV) else {
         return;
     };
-    let db = Db::open(&path).unwrap();
+    // Odd rounds run as etcd does: no freelist page, rebuilt from the trees at each open.
+    let opts = Options {
+        persist_freelist: std::env::var("BACKEND_CRASH_NO_FREELIST").is_err(),
+        ..Options::default()
+    };
+    let db = Db::open_with(&path, opts).unwrap();
     let mut tx = db.begin_write().unwrap();
     tx.create_bucket_if_not_exists(b"b").unwrap();
     tx.commit().unwrap();
@@ -105,6 +110,14 @@ fn crash_kill9_rounds() {
                 "1",
             ])
             .env(CRASH_ENV, &path)
+            .env(
+                if round % 2 == 1 {
+                    "BACKEND_CRASH_NO_FREELIST"
+                } else {
+                    "BACKEND_CRASH_UNUSED"
+                },
+                "1",
+            )
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -308,13 +321,24 @@ fn defrag_shrinks_and_keeps_every_key() {
         }
     }
     tx.commit().unwrap();
+    let mut tx = db.begin_write().unwrap();
+    assert_eq!(tx.next_sequence(b"key").unwrap(), 1);
+    assert_eq!(tx.next_sequence(b"key").unwrap(), 2);
+    tx.commit().unwrap();
     let reader = db.begin_read(); // an old reader must survive the defrag
     let before = std::fs::metadata(&path).unwrap().len();
     let hash_before = db.hash(&[]).unwrap();
+    let txid_before = db.txid();
     db.defrag().unwrap();
+    assert!(
+        db.txid() > txid_before,
+        "txids must keep increasing across defrag"
+    );
     let after = std::fs::metadata(&path).unwrap().len();
+    assert!(db.size() <= after && db.size_in_use() <= db.size());
     assert!(after * 2 < before, "defrag: {before} -> {after} bytes");
     assert_eq!(db.hash(&[]).unwrap(), hash_before);
+    assert_eq!(db.begin_read().sequence(b"key").unwrap(), Some(2));
     db.check().unwrap();
     let mut got = BTreeMap::new();
     db.begin_read()
@@ -417,6 +441,28 @@ fn bad_files_are_clear_errors() {
     std::fs::write(&o, &one).unwrap();
     let db = Db::open_read_only(&o).unwrap();
     db.check().unwrap();
+    drop(db);
+
+    // A corrupt freelist page: a read-write open rebuilds the freelist from the trees.
+    let mut fl = bytes.clone();
+    let txid = Db::open_read_only(&good).unwrap().txid();
+    let meta_off = (txid % 2) as usize * 4096 + 16;
+    let fl_pg = u64::from_le_bytes(fl[meta_off + 32..meta_off + 40].try_into().unwrap()) as usize;
+    assert_eq!(
+        u16::from_le_bytes([fl[fl_pg * 4096 + 8], fl[fl_pg * 4096 + 9]]),
+        0x10
+    );
+    fl[fl_pg * 4096 + 10..fl_pg * 4096 + 12].copy_from_slice(&0xfff0u16.to_le_bytes());
+    let f = dir.path().join("freelist");
+    std::fs::write(&f, &fl).unwrap();
+    let e = Db::open_read_only(&f).unwrap().check().unwrap_err();
+    assert!(e.to_string().contains(&format!("page {fl_pg}")), "{e}");
+    let db = Db::open(&f).unwrap();
+    let mut tx = db.begin_write().unwrap();
+    tx.put(b"key", b"new", b"v").unwrap();
+    tx.commit().unwrap();
+    db.check().unwrap();
+    assert_eq!(db.stats().unwrap().buckets[0].keys, 5001);
 }
 
 #[test]
@@ -502,6 +548,28 @@ fn corrupt_pages_are_errors_not_panics() {
         }
         let p = dir.path().join("bad");
         std::fs::write(&p, &img).unwrap();
+        // Writing into a corrupt file: errors are fine, panics are not.
+        let write_some = |p: &std::path::Path| -> Result<(), Error> {
+            let db = Db::open(p)?;
+            let mut tx = db.begin_write()?;
+            for i in (0..20_000).step_by(97) {
+                let k = format!("k{i:08}");
+                if i % 2 == 0 {
+                    tx.delete(b"key", k.as_bytes())?;
+                } else {
+                    tx.put(b"key", k.as_bytes(), &[1; 300])?;
+                }
+            }
+            tx.commit()?;
+            db.check()
+        };
+        if round % 3 == 0 {
+            let wp = dir.path().join("bad-rw");
+            std::fs::write(&wp, &img).unwrap();
+            if std::panic::catch_unwind(|| write_some(&wp)).is_err() {
+                panic!("round {round}: writing into a file with corrupt page {pg} panicked");
+            }
+        }
         match std::panic::catch_unwind(|| read_all(&p)) {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => {
@@ -529,10 +597,15 @@ fn batch_layer_reads_pending_writes_and_commits() {
             limit: 1000,
         },
     );
+    assert!(matches!(
+        batch.put(b"nope", b"k", b"v"),
+        Err(Error::BucketNotFound(_))
+    ));
+    assert!(matches!(batch.put(b"key", b"", b"v"), Err(Error::KeyEmpty)));
     batch.create_bucket(b"key").unwrap();
     let t0 = db.txid();
-    batch.put(b"key", b"a", b"1").unwrap();
-    batch.put(b"key", b"c", b"3").unwrap();
+    batch.put_seq(b"key", b"a", b"1").unwrap();
+    batch.put_seq(b"key", b"c", b"3").unwrap();
     assert_eq!(batch.get(b"key", b"a").unwrap(), Some(b"1".to_vec()));
     batch.force_commit().unwrap();
     assert!(db.txid() > t0);
@@ -565,6 +638,21 @@ fn batch_layer_reads_pending_writes_and_commits() {
             .unwrap();
     }
     assert!(db.txid() > t2);
+    batch.put(b"key", b"pending", b"x").unwrap();
+    let mut img = Vec::new();
+    batch.snapshot(&mut img, false).unwrap();
+    let sp = dir.path().join("snap.db");
+    std::fs::write(&sp, &img).unwrap();
+    assert_eq!(
+        Db::open_read_only(&sp)
+            .unwrap()
+            .begin_read()
+            .get(b"key", b"pending")
+            .unwrap(),
+        Some(&b"x"[..])
+    );
+    batch.delete(b"key", b"pending").unwrap();
+    batch.defrag().unwrap();
     batch.close().unwrap();
     drop(db);
     let db = Db::open(&p).unwrap();
@@ -575,4 +663,237 @@ fn batch_layer_reads_pending_writes_and_commits() {
             .len(),
         1002
     );
+}
+
+#[test]
+fn file_growth_and_remap_keep_open_readers_valid() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("db");
+    let db = Db::open(&p).unwrap();
+    fill(&db, 100);
+    let old = db.begin_read();
+    let len0 = std::fs::metadata(&p).unwrap().len();
+    // Grow the file many times over (each growth remaps) while `old` stays open.
+    for round in 0..8u64 {
+        let mut tx = db.begin_write().unwrap();
+        for i in 0..2000u64 {
+            tx.put(
+                b"key",
+                format!("g{round}-{i:06}").as_bytes(),
+                &[round as u8; 1000],
+            )
+            .unwrap();
+        }
+        for i in 0..100 {
+            tx.put(b"key", format!("k{i:08}").as_bytes(), &[0xee; 100])
+                .unwrap();
+        }
+        tx.commit().unwrap();
+    }
+    assert!(std::fs::metadata(&p).unwrap().len() > 8 * len0);
+    let all = old.range(b"key", b"", Some(b"\xff"), 0).unwrap();
+    assert_eq!(all.len(), 100);
+    assert!(
+        all.iter()
+            .enumerate()
+            .all(|(i, (_, v))| *v == &[i as u8; 100][..])
+    );
+    let st = db.stats().unwrap();
+    assert_eq!(st.buckets[0].keys, 100 + 8 * 2000);
+    drop(old);
+    db.check().unwrap();
+}
+
+#[test]
+fn sequential_puts_pack_pages_densely() {
+    let dir = tempfile::tempdir().unwrap();
+    let leaves = |seq: bool| {
+        let db = Db::open(dir.path().join(format!("db-{seq}"))).unwrap();
+        let mut tx = db.begin_write().unwrap();
+        tx.create_bucket(b"key").unwrap();
+        tx.commit().unwrap();
+        for batch in 0..20u64 {
+            let mut tx = db.begin_write().unwrap();
+            for i in batch * 1000..(batch + 1) * 1000 {
+                let k = i.to_be_bytes();
+                if seq {
+                    tx.put_seq(b"key", &k, &[7; 100]).unwrap();
+                } else {
+                    tx.put(b"key", &k, &[7; 100]).unwrap();
+                }
+            }
+            tx.commit().unwrap();
+        }
+        db.check().unwrap();
+        let st = db.stats().unwrap();
+        assert_eq!(st.buckets[0].keys, 20_000);
+        st.buckets[0].leaf_pages
+    };
+    let (plain, seq) = (leaves(false), leaves(true));
+    assert!(seq * 10 < plain * 7, "put_seq: {seq} leaves, put: {plain}");
+}
+
+#[test]
+fn size_limits_and_large_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("db");
+    let db = Db::open(&p).unwrap();
+    let mut tx = db.begin_write().unwrap();
+    tx.create_bucket(b"b").unwrap();
+    let max_key = vec![b'k'; 32768];
+    tx.put(b"b", &max_key, b"max").unwrap();
+    assert!(matches!(
+        tx.put(b"b", &[b'k'; 32769], b"x"),
+        Err(Error::KeyTooLarge(32769))
+    ));
+    assert!(matches!(tx.put(b"b", b"", b"x"), Err(Error::KeyEmpty)));
+    assert!(matches!(tx.create_bucket(b""), Err(Error::KeyEmpty)));
+    let big: Vec<u8> = (0..5_000_000u32).map(|i| (i % 251) as u8).collect();
+    tx.put(b"b", b"big", &big).unwrap();
+    tx.put(b"b", b"empty", b"").unwrap();
+    tx.commit().unwrap();
+    drop(db);
+    let db = Db::open(&p).unwrap();
+    db.check().unwrap();
+    {
+        let r = db.begin_read();
+        assert_eq!(r.get(b"b", &max_key).unwrap(), Some(&b"max"[..]));
+        let b = r.bucket(b"b").unwrap();
+        assert_eq!(b.get(b"empty").unwrap(), Some(&b""[..]));
+        assert_eq!(
+            b.cursor().first().unwrap().map(|(k, _)| k),
+            Some(&b"big"[..])
+        );
+        assert!(matches!(r.bucket(b"nope"), Err(Error::BucketNotFound(_))));
+        assert!(r.get(b"b", b"big").unwrap() == Some(&big[..]));
+        assert_eq!(r.get(b"b", b"empty").unwrap(), Some(&b""[..]));
+        let st = db.stats().unwrap();
+        assert!(st.buckets[0].overflow_pages >= 5_000_000 / 4096);
+    }
+    // Freed overflow runs are reused once no reader needs them.
+    let size = db.size();
+    for round in 0..3 {
+        let mut tx = db.begin_write().unwrap();
+        tx.put(b"b", b"big", &big[round..]).unwrap();
+        tx.commit().unwrap();
+    }
+    assert!(
+        db.size() < size * 3,
+        "overflow pages were not reused: {} -> {}",
+        size,
+        db.size()
+    );
+    let mut tx = db.begin_write().unwrap();
+    assert!(tx.delete(b"b", b"big").unwrap());
+    tx.commit().unwrap();
+    db.check().unwrap();
+    assert!(db.size_in_use() < size / 2);
+}
+
+/// etcd's way (NoFreelistSync): no freelist page; a reopen rebuilds it from the trees. Files
+/// move between both modes.
+#[test]
+fn unpersisted_freelist_roundtrips_between_modes() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("db");
+    let mut model = BTreeMap::new();
+    let mut rng = Rng(11);
+    for round in 0..12 {
+        let opts = Options {
+            persist_freelist: round % 3 != 0,
+            ..Options::default()
+        };
+        let db = Db::open_with(&p, opts).unwrap();
+        db.check().unwrap();
+        for _ in 0..3 {
+            let mut tx = db.begin_write().unwrap();
+            tx.create_bucket_if_not_exists(b"b").unwrap();
+            for _ in 0..500 {
+                let k = format!("k{:05}", rng.below(4000)).into_bytes();
+                if rng.below(3) == 0 {
+                    tx.delete(b"b", &k).unwrap();
+                    model.remove(&k);
+                } else {
+                    let v = vec![round as u8; rng.below(400) as usize];
+                    tx.put(b"b", &k, &v).unwrap();
+                    model.insert(k, v);
+                }
+            }
+            tx.commit().unwrap();
+        }
+        db.check().unwrap();
+        let mut got = BTreeMap::new();
+        db.begin_read()
+            .for_each(b"b", &mut |k, v| {
+                got.insert(k.to_vec(), v.to_vec());
+                Ok(())
+            })
+            .unwrap();
+        assert!(got == model, "round {round}");
+    }
+}
+
+/// Readers of the batching layer see every write at once and never a gap, while the ticker
+/// and the op limit commit underneath them.
+#[test]
+fn batch_readers_see_a_gapless_prefix_while_commits_happen() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open_with(
+        dir.path().join("db"),
+        Options {
+            no_sync: true,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let batch = Arc::new(Batch::new(
+        db.clone(),
+        BatchConfig {
+            interval: Duration::from_millis(5),
+            limit: 700,
+        },
+    ));
+    batch.create_bucket(b"key").unwrap();
+    batch.force_commit().unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let batch = batch.clone();
+            let done = done.clone();
+            std::thread::spawn(move || {
+                let mut last = 0;
+                let mut reads = 0;
+                while !done.load(Ordering::Relaxed) || reads < 3 {
+                    let all = batch.range(b"key", b"", Some(b"\xff"), 0).unwrap();
+                    for (i, (k, _)) in all.iter().enumerate() {
+                        assert_eq!(k, format!("k{i:06}").as_bytes(), "gap before {i}");
+                    }
+                    assert!(all.len() >= last, "went back from {last} to {}", all.len());
+                    last = all.len();
+                    reads += 1;
+                }
+            })
+        })
+        .collect();
+    for i in 0..20_000 {
+        let k = format!("k{i:06}");
+        batch.put_seq(b"key", k.as_bytes(), b"v").unwrap();
+        assert_eq!(
+            batch.get(b"key", k.as_bytes()).unwrap(),
+            Some(b"v".to_vec())
+        );
+    }
+    done.store(true, Ordering::Relaxed);
+    for r in readers {
+        r.join().unwrap();
+    }
+    batch.force_commit().unwrap();
+    assert_eq!(
+        db.begin_read()
+            .range(b"key", b"", Some(b"\xff"), 0)
+            .unwrap()
+            .len(),
+        20_000
+    );
+    db.check().unwrap();
 }

@@ -168,7 +168,12 @@ fn run_model(seed: u64, ops: usize, space: u64) -> usize {
                     let v = value(&mut rng);
                     match work.get_mut(b) {
                         Some(m) => {
-                            tx.put(b, &k, &v).unwrap();
+                            // put_seq only changes how full split pages are left.
+                            if rng.below(5) == 0 {
+                                tx.put_seq(b, &k, &v).unwrap();
+                            } else {
+                                tx.put(b, &k, &v).unwrap();
+                            }
                             m.insert(k, v);
                         }
                         None => assert!(tx.put(b, &k, &v).is_err()),
@@ -307,6 +312,16 @@ fn apply(img: &mut Vec<u8>, off: u64, data: &[u8]) {
 
 #[test]
 fn power_loss_keeps_last_synced_commit() {
+    power_loss(true);
+}
+
+/// The same without a freelist page (etcd's NoFreelistSync): reopen rebuilds it.
+#[test]
+fn power_loss_keeps_last_synced_commit_without_freelist_page() {
+    power_loss(false);
+}
+
+fn power_loss(persist_freelist: bool) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
     drop(Db::open(&path).unwrap());
@@ -316,6 +331,7 @@ fn power_loss_keeps_last_synced_commit() {
         &path,
         Options {
             io_observer: Some(log.clone()),
+            persist_freelist,
             ..Options::default()
         },
     )

@@ -2,7 +2,7 @@
 // committed as one write txn every interval or after N ops, or on demand (snapshot, defrag,
 // shutdown).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::JoinHandle;
@@ -10,7 +10,18 @@ use std::time::Duration;
 
 use super::db::Db;
 use super::error::{Error, Result, show};
+use super::page::{MAX_KEY_SIZE, MAX_VALUE_SIZE};
 use super::tx::ReadTxn;
+
+fn check_key(key: &[u8]) -> Result<()> {
+    if key.is_empty() {
+        return Err(Error::KeyEmpty);
+    }
+    if key.len() > MAX_KEY_SIZE {
+        return Err(Error::KeyTooLarge(key.len()));
+    }
+    Ok(())
+}
 
 #[derive(Clone, Copy, Debug)]
 pub struct BatchConfig {
@@ -36,6 +47,8 @@ type BucketWrites = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
 #[derive(Default)]
 struct Buffer {
     created: Vec<Vec<u8>>,
+    /// Buckets written with put_seq (split 90% full at commit).
+    seq: BTreeSet<Vec<u8>>,
     keys: BTreeMap<Vec<u8>, BucketWrites>,
     ops: usize,
 }
@@ -45,6 +58,9 @@ struct Buffers {
     pending: Buffer,
     /// The buffer being committed right now: still visible until the commit is done.
     committing: Option<Arc<Buffer>>,
+    /// Buckets known to exist (committed or pending), so bad writes fail at once rather than
+    /// at a background commit.
+    known: BTreeSet<Vec<u8>>,
 }
 
 struct Inner {
@@ -91,8 +107,10 @@ impl Inner {
                 tx.create_bucket_if_not_exists(name)?;
             }
             for (bucket, keys) in &buf.keys {
+                let seq = buf.seq.contains(bucket);
                 for (k, v) in keys {
                     match v {
+                        Some(v) if seq => tx.put_seq(bucket, k, v)?,
                         Some(v) => tx.put(bucket, k, v)?,
                         None => {
                             tx.delete(bucket, k)?;
@@ -107,11 +125,13 @@ impl Inner {
             // Keep the writes: put them back under anything written since.
             let mut merged = Arc::try_unwrap(buf).unwrap_or_else(|a| Buffer {
                 created: a.created.clone(),
+                seq: a.seq.clone(),
                 keys: a.keys.clone(),
                 ops: a.ops,
             });
             let newer = std::mem::take(&mut b.pending);
             merged.created.extend(newer.created);
+            merged.seq.extend(newer.seq);
             for (bucket, keys) in newer.keys {
                 merged.keys.entry(bucket).or_default().extend(keys);
             }
@@ -178,15 +198,33 @@ impl Batch {
     }
 
     pub fn create_bucket(&self, name: &[u8]) -> Result<()> {
+        check_key(name)?;
         let mut b = write(&self.inner.bufs);
+        b.known.insert(name.to_vec());
         b.pending.created.push(name.to_vec());
         b.pending.keys.entry(name.to_vec()).or_default();
+        Ok(())
+    }
+
+    /// Refuses writes that the commit would refuse, while the caller can still see the error.
+    fn validate(&self, b: &mut Buffers, bucket: &[u8], key: &[u8], value_len: usize) -> Result<()> {
+        check_key(key)?;
+        if value_len > MAX_VALUE_SIZE {
+            return Err(Error::ValueTooLarge(value_len));
+        }
+        if !b.known.contains(bucket) {
+            if !self.inner.db.begin_read().bucket_exists(bucket)? {
+                return Err(Error::BucketNotFound(show(bucket)));
+            }
+            b.known.insert(bucket.to_vec());
+        }
         Ok(())
     }
 
     pub fn put(&self, bucket: &[u8], key: &[u8], value: &[u8]) -> Result<()> {
         let ops = {
             let mut b = write(&self.inner.bufs);
+            self.validate(&mut b, bucket, key, value.len())?;
             b.pending
                 .keys
                 .entry(bucket.to_vec())
@@ -198,9 +236,21 @@ impl Batch {
         self.after_op(ops)
     }
 
+    /// etcd's UnsafeSeqPut: a put of keys in increasing order (revisions); the bucket's pages
+    /// are split 90% full at commit.
+    pub fn put_seq(&self, bucket: &[u8], key: &[u8], value: &[u8]) -> Result<()> {
+        {
+            let mut b = write(&self.inner.bufs);
+            self.validate(&mut b, bucket, key, value.len())?;
+            b.pending.seq.insert(bucket.to_vec());
+        }
+        self.put(bucket, key, value)
+    }
+
     pub fn delete(&self, bucket: &[u8], key: &[u8]) -> Result<()> {
         let ops = {
             let mut b = write(&self.inner.bufs);
+            self.validate(&mut b, bucket, key, 0)?;
             b.pending
                 .keys
                 .entry(bucket.to_vec())
@@ -342,6 +392,18 @@ impl Batch {
         Ok(out)
     }
 
+    /// Commits what is pending, then streams a snapshot (Maintenance.Snapshot).
+    pub fn snapshot(&self, out: &mut dyn std::io::Write, sha256_trailer: bool) -> Result<u64> {
+        self.inner.commit()?;
+        self.inner.db.snapshot(out, sha256_trailer)
+    }
+
+    /// Commits what is pending, then defragments. Writers wait; readers go on.
+    pub fn defrag(&self) -> Result<()> {
+        self.inner.commit()?;
+        self.inner.db.defrag()
+    }
+
     /// Starts a group of writes that no commit can split: until the returned guard is dropped
     /// (or `finish`ed) the background commit waits, so a crash persists all of the group or
     /// none of it (etcd applies one raft entry, with its consistent index, this way). Readers
@@ -391,6 +453,7 @@ impl BatchWrite<'_> {
 
     pub fn create_bucket(&mut self, name: &[u8]) {
         let b = self.bufs();
+        b.known.insert(name.to_vec());
         b.pending.created.push(name.to_vec());
         b.pending.keys.entry(name.to_vec()).or_default();
     }
@@ -403,6 +466,13 @@ impl BatchWrite<'_> {
             .or_default()
             .insert(key.to_vec(), Some(value.to_vec()));
         b.pending.ops += 1;
+    }
+
+    /// etcd's UnsafeSeqPut inside a group: keys in increasing order (revisions); the bucket's
+    /// pages are split 90% full at commit.
+    pub fn put_seq(&mut self, bucket: &[u8], key: &[u8], value: &[u8]) {
+        self.bufs().pending.seq.insert(bucket.to_vec());
+        self.put(bucket, key, value);
     }
 
     pub fn delete(&mut self, bucket: &[u8], key: &[u8]) {

@@ -62,6 +62,8 @@ pub(crate) struct View {
     pub map: Arc<Mmap>,
     /// Open readers by the txid they read.
     pub readers: BTreeMap<u64, usize>,
+    /// Free and pending pages as of the latest commit (0 when opened read-only).
+    pub free_pages: u64,
 }
 
 pub(crate) struct Shared {
@@ -194,7 +196,7 @@ fn read_meta(file: &File, path: &Path, len: u64) -> Result<Meta> {
             });
         }
     };
-    let need = meta.pgid * meta.page_size as u64;
+    let need = meta.pgid.saturating_mul(meta.page_size as u64);
     if len < need {
         return Err(Error::Truncated {
             path: path.to_path_buf(),
@@ -315,14 +317,32 @@ impl Db {
             page_size: meta.page_size as usize,
             hwm: meta.pgid,
         };
+        let mut forget_freelist = false;
         let freelist = if opts.read_only {
             Freelist::default()
         } else if meta.freelist == PGID_NO_FREELIST {
             rebuild_freelist(ctx, &meta)?
         } else {
-            let bytes = page_bytes(&map, meta.page_size as usize, meta.pgid, meta.freelist)?;
-            Freelist::from_ids(freelist::decode(meta.freelist, bytes, meta.pgid)?)
+            let recorded = page_bytes(&map, meta.page_size as usize, meta.pgid, meta.freelist)
+                .and_then(|bytes| freelist::decode(meta.freelist, bytes, meta.pgid));
+            match recorded {
+                Ok(ids) => Freelist::from_ids(ids),
+                Err(e) => {
+                    // What is reachable is the truth; the freelist is only a cache of it. The
+                    // broken page is unreachable, so the rebuild counts it free; forget it so
+                    // the next commit does not free it a second time.
+                    tracing::warn!(path = %path.display(), error = %e, "freelist unreadable, rebuilding it from the trees");
+                    let rebuilt = rebuild_freelist(ctx, &meta)?;
+                    forget_freelist = true;
+                    rebuilt
+                }
+            }
         };
+        let free_pages = freelist.len() as u64;
+        let mut meta = meta;
+        if forget_freelist {
+            meta.freelist = PGID_NO_FREELIST;
+        }
         Ok(Db {
             shared: Arc::new(Shared {
                 path,
@@ -337,6 +357,7 @@ impl Db {
                     meta,
                     map: Arc::new(map),
                     readers: BTreeMap::new(),
+                    free_pages,
                 }),
             }),
         })
@@ -384,9 +405,48 @@ impl Db {
         })
     }
 
+    /// Rewrites the current meta with a higher txid (defrag keeps txids increasing across the
+    /// file swap), then fsyncs.
+    pub(crate) fn bump_txid(&self, txid: u64) -> Result<()> {
+        let shared = &self.shared;
+        let w = lock(&shared.writer);
+        let mut meta = lock(&shared.view).meta;
+        if txid <= meta.txid {
+            return Ok(());
+        }
+        // Never overwrite the current meta in place: a torn write must leave one valid meta.
+        meta.txid = if txid % 2 == meta.txid % 2 {
+            txid + 1
+        } else {
+            txid
+        };
+        let txid = meta.txid;
+        let ps = meta.page_size as u64;
+        let page = meta.encode(txid % 2);
+        w.file
+            .write_all_at(&page, (txid % 2) * ps)
+            .map_err(io(&shared.path, "write meta"))?;
+        sync(&w, &shared.opts, &shared.path)?;
+        lock(&shared.view).meta = meta;
+        Ok(())
+    }
+
     /// The meta of the latest commit (txid, high-water mark, ...).
     pub(crate) fn meta(&self) -> Meta {
         lock(&self.shared.view).meta
+    }
+
+    /// Bytes of the latest committed db image (high-water mark × page size): etcd's backend
+    /// Size. The file itself may be longer (growth slack).
+    pub fn size(&self) -> u64 {
+        let m = self.meta();
+        m.pgid * m.page_size as u64
+    }
+
+    /// `size()` less the free pages: etcd's SizeInUse (equal to `size()` when read-only).
+    pub fn size_in_use(&self) -> u64 {
+        let v = lock(&self.shared.view);
+        v.meta.pgid.saturating_sub(v.free_pages) * v.meta.page_size as u64
     }
 
     /// The txid of the latest commit.
@@ -422,23 +482,64 @@ fn write_pages(
             end += writes[j].1.len() as u64 / ps;
             j += 1;
         }
-        let buf: Vec<u8>;
-        let data: &[u8] = if j == i + 1 {
-            &writes[i].1
-        } else {
-            buf = writes[i..j]
-                .iter()
-                .flat_map(|(_, b)| b.iter().copied())
-                .collect();
-            &buf
-        };
-        w.file
-            .write_all_at(data, start * ps)
-            .map_err(io(path, "write pages"))?;
+        let bufs: Vec<&[u8]> = writes[i..j].iter().map(|(_, b)| &b[..]).collect();
+        pwritev_all(&w.file, bufs, start * ps).map_err(io(path, "write pages"))?;
         if let Some(o) = &opts.io_observer {
-            o.on_write(start * ps, data);
+            for (id, b) in &writes[i..j] {
+                o.on_write(id * ps, b);
+            }
         }
         i = j;
+    }
+    Ok(())
+}
+
+/// Writes the buffers back to back at `off` with pwritev (no copy into one buffer), resuming
+/// after short writes.
+fn pwritev_all(file: &File, mut bufs: Vec<&[u8]>, mut off: u64) -> std::io::Result<()> {
+    const IOV_MAX: usize = 1024;
+    let mut idx = 0;
+    while idx < bufs.len() {
+        let end = (idx + IOV_MAX).min(bufs.len());
+        let iov: Vec<libc::iovec> = bufs[idx..end]
+            .iter()
+            .map(|b| libc::iovec {
+                iov_base: b.as_ptr() as *mut libc::c_void,
+                iov_len: b.len(),
+            })
+            .collect();
+        // Safety: every iovec points into a live buffer borrowed for this call, the count
+        // matches the array, and the descriptor is ours.
+        let n = unsafe {
+            libc::pwritev(
+                file.as_raw_fd(),
+                iov.as_ptr(),
+                iov.len() as libc::c_int,
+                off as libc::off_t,
+            )
+        };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        let mut n = n as usize;
+        off += n as u64;
+        while n > 0 && idx < bufs.len() {
+            let l = bufs[idx].len();
+            if n >= l {
+                n -= l;
+                idx += 1;
+            } else {
+                bufs[idx] = &bufs[idx][n..];
+                n = 0;
+            }
+        }
     }
     Ok(())
 }
@@ -484,6 +585,7 @@ pub(crate) fn commit(mut tx: WriteTx<'_>) -> Result<()> {
                 root: broot,
                 seq,
                 existed,
+                fill: bucket_fill,
             } = b;
             let Some(mut broot) = broot else {
                 if existed {
@@ -512,7 +614,9 @@ pub(crate) fn commit(mut tx: WriteTx<'_>) -> Result<()> {
                     value.extend_from_slice(&img);
                 }
                 None => {
+                    spill.fill = bucket_fill.unwrap_or(fill);
                     let p = spill.spill_root(broot)?;
+                    spill.fill = fill;
                     value.extend_from_slice(&p.to_le_bytes());
                     value.extend_from_slice(&seq.to_le_bytes());
                 }
@@ -562,7 +666,13 @@ pub(crate) fn commit(mut tx: WriteTx<'_>) -> Result<()> {
         let needed = new_meta.pgid * ps as u64;
         if needed > w.file_len {
             let target = grow_target(needed);
-            w.file.set_len(target).map_err(io(path, "grow file"))?;
+            // Allocate the blocks now (fallocate) rather than leaving a hole: writes into holes
+            // cost an allocation per block on ext4.
+            crate::fileutil::preallocate(&w.file, target, true, path).map_err(|e| Error::Io {
+                path: path.to_path_buf(),
+                op: "grow file",
+                source: std::io::Error::other(e.to_string()),
+            })?;
             if let Some(o) = &opts.io_observer {
                 o.on_set_len(target);
             }
@@ -601,8 +711,10 @@ pub(crate) fn commit(mut tx: WriteTx<'_>) -> Result<()> {
     } else {
         None
     };
+    let free_pages = w.freelist.len() as u64;
     let mut v = lock(&shared.view);
     v.meta = new_meta;
+    v.free_pages = free_pages;
     if let Some(m) = new_map {
         v.map = m;
     }

@@ -59,6 +59,8 @@ impl Db {
                 },
             )?;
             copy_all(&src, &dst)?;
+            // Txids keep increasing across the swap, as readers and callers expect.
+            dst.bump_txid(src.txid() + 1)?;
         }
         std::fs::rename(&tmp, &path).map_err(io(&path, "rename defragmented file"))?;
         if let Some(dir) = path.parent() {
@@ -103,6 +105,7 @@ impl Db {
         let mut v = shared.view.lock().unwrap_or_else(|e| e.into_inner());
         v.meta = fv.meta;
         v.map = fv.map;
+        v.free_pages = fv.free_pages;
         Ok(())
     }
 
@@ -142,6 +145,7 @@ fn copy_all(src: &ReadTx, dst: &Db) -> Result<()> {
         let mut wtx = dst.begin_write()?;
         wtx.set_fill_percent(0.9);
         wtx.create_bucket(&name)?;
+        wtx.set_sequence(&name, src.sequence(&name)?.unwrap_or(0))?;
         let mut n = 0;
         while let Some((k, v)) = e {
             wtx.put(&name, k, v)?;

@@ -21,6 +21,11 @@ impl Freelist {
         }
     }
 
+    /// Free plus pending pages: the pages a fresh open could reuse.
+    pub fn len(&self) -> usize {
+        self.free.len() + self.pending.values().map(Vec::len).sum::<usize>()
+    }
+
     /// Marks `n` pages from `id` as freed by commit `txid`.
     pub fn free_run(&mut self, txid: u64, id: u64, n: u64) {
         self.pending.entry(txid).or_default().extend(id..id + n);

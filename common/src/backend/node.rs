@@ -4,8 +4,8 @@
 use super::error::{Error, Result, corrupt, show};
 use super::freelist::Freelist;
 use super::page::{
-    BUCKET_LEAF_FLAG, ELEMENT_SIZE, MAX_DEPTH, NodePage, PAGE_HEADER_SIZE, node_size, page_bytes,
-    write_branch, write_leaf,
+    BUCKET_LEAF_FLAG, ELEMENT_SIZE, MAX_DEPTH, NodePage, PAGE_HEADER_SIZE, key_cmp, node_size,
+    page_bytes, write_branch, write_leaf,
 };
 
 /// Where pages are read from: one mapped version of the file.
@@ -37,11 +37,36 @@ pub enum Node {
     Branch(Vec<BranchEntry>),
 }
 
+/// A leaf entry; key and value share one allocation (materializing a page allocates once per
+/// entry).
 #[derive(Debug, Clone)]
 pub struct LeafEntry {
     pub flags: u32,
-    pub key: Vec<u8>,
-    pub value: Vec<u8>,
+    klen: usize,
+    kv: Vec<u8>,
+}
+
+impl LeafEntry {
+    pub fn new(flags: u32, key: &[u8], value: &[u8]) -> LeafEntry {
+        let mut kv = Vec::with_capacity(key.len() + value.len());
+        kv.extend_from_slice(key);
+        kv.extend_from_slice(value);
+        LeafEntry {
+            flags,
+            klen: key.len(),
+            kv,
+        }
+    }
+    pub fn key(&self) -> &[u8] {
+        &self.kv[..self.klen]
+    }
+    pub fn value(&self) -> &[u8] {
+        &self.kv[self.klen..]
+    }
+    fn set_value(&mut self, value: &[u8]) {
+        self.kv.truncate(self.klen);
+        self.kv.extend_from_slice(value);
+    }
 }
 
 #[derive(Debug)]
@@ -80,11 +105,7 @@ impl Node {
             let mut v = Vec::with_capacity(p.count);
             for i in 0..p.count {
                 let (flags, k, val) = p.leaf_elem(i)?;
-                v.push(LeafEntry {
-                    flags,
-                    key: k.to_vec(),
-                    value: val.to_vec(),
-                });
+                v.push(LeafEntry::new(flags, k, val));
             }
             Ok(Node::Leaf(v))
         } else {
@@ -115,10 +136,7 @@ impl Node {
 
     fn elem_sizes(&self) -> Vec<usize> {
         match self {
-            Node::Leaf(v) => v
-                .iter()
-                .map(|e| ELEMENT_SIZE + e.key.len() + e.value.len())
-                .collect(),
+            Node::Leaf(v) => v.iter().map(|e| ELEMENT_SIZE + e.kv.len()).collect(),
             Node::Branch(v) => v.iter().map(|e| ELEMENT_SIZE + e.key.len()).collect(),
         }
     }
@@ -126,10 +144,7 @@ impl Node {
     pub fn size(&self) -> usize {
         PAGE_HEADER_SIZE
             + match self {
-                Node::Leaf(v) => v
-                    .iter()
-                    .map(|e| ELEMENT_SIZE + e.key.len() + e.value.len())
-                    .sum::<usize>(),
+                Node::Leaf(v) => v.iter().map(|e| ELEMENT_SIZE + e.kv.len()).sum::<usize>(),
                 Node::Branch(v) => v.iter().map(|e| ELEMENT_SIZE + e.key.len()).sum::<usize>(),
             }
     }
@@ -141,13 +156,13 @@ impl Node {
 
     /// A page image of this leaf (used for inline buckets, whose page id is 0).
     pub fn leaf_image(entries: &[LeafEntry]) -> Vec<u8> {
-        let data: usize = entries.iter().map(|e| e.key.len() + e.value.len()).sum();
+        let data: usize = entries.iter().map(|e| e.kv.len()).sum();
         let mut out = vec![0u8; node_size(entries.len(), data)];
         write_leaf(
             &mut out,
             0,
             0,
-            entries.iter().map(|e| (e.flags, &e.key[..], &e.value[..])),
+            entries.iter().map(|e| (e.flags, e.key(), e.value())),
         );
         out
     }
@@ -184,7 +199,7 @@ impl<'t> View<'t> {
             View::Page(p) => p.leaf_elem(i),
             View::Mem(Node::Leaf(v)) => v
                 .get(i)
-                .map(|e| (e.flags, &e.key[..], &e.value[..]))
+                .map(|e| (e.flags, e.key(), e.value()))
                 .ok_or_else(|| corrupt(0, "in-memory leaf index out of range")),
             View::Mem(Node::Branch(_)) => Err(corrupt(0, "leaf read of an in-memory branch")),
         }
@@ -211,15 +226,15 @@ impl<'t> View<'t> {
     fn lower_bound(&self, key: &[u8]) -> Result<usize> {
         match self {
             View::Page(p) => p.lower_bound(key),
-            View::Mem(Node::Leaf(v)) => Ok(v.partition_point(|e| e.key.as_slice() < key)),
-            View::Mem(Node::Branch(v)) => Ok(v.partition_point(|e| e.key.as_slice() < key)),
+            View::Mem(Node::Leaf(v)) => Ok(v.partition_point(|e| key_cmp(e.key(), key).is_lt())),
+            View::Mem(Node::Branch(v)) => Ok(v.partition_point(|e| key_cmp(&e.key, key).is_lt())),
         }
     }
     fn child_index(&self, key: &[u8]) -> Result<usize> {
         match self {
             View::Page(p) => p.child_index(key),
             View::Mem(Node::Branch(v)) => Ok(v
-                .partition_point(|e| e.key.as_slice() <= key)
+                .partition_point(|e| key_cmp(&e.key, key).is_le())
                 .saturating_sub(1)),
             View::Mem(Node::Leaf(_)) => Err(corrupt(0, "child index of an in-memory leaf")),
         }
@@ -503,23 +518,15 @@ pub fn put(
     for _ in 0..MAX_DEPTH {
         cur = match cur {
             Node::Leaf(v) => {
-                match v.binary_search_by(|e| e.key.as_slice().cmp(key)) {
+                match v.binary_search_by(|e| key_cmp(e.key(), key)) {
                     Ok(i) => {
                         if is_bucket(v[i].flags) != is_bucket(flags) {
                             return Err(Error::IncompatibleValue(show(key)));
                         }
                         v[i].flags = flags;
-                        v[i].value.clear();
-                        v[i].value.extend_from_slice(value);
+                        v[i].set_value(value);
                     }
-                    Err(i) => v.insert(
-                        i,
-                        LeafEntry {
-                            flags,
-                            key: key.to_vec(),
-                            value: value.to_vec(),
-                        },
-                    ),
+                    Err(i) => v.insert(i, LeafEntry::new(flags, key, value)),
                 }
                 return Ok(());
             }
@@ -528,7 +535,7 @@ pub fn put(
                     return Err(corrupt(0, "empty in-memory branch"));
                 }
                 let i = v
-                    .partition_point(|e| e.key.as_slice() <= key)
+                    .partition_point(|e| key_cmp(&e.key, key).is_le())
                     .saturating_sub(1);
                 materialize(&mut v[i].child, ctx, freed)?
             }
@@ -550,7 +557,7 @@ pub fn delete(
     for _ in 0..MAX_DEPTH {
         cur = match cur {
             Node::Leaf(v) => {
-                if let Ok(i) = v.binary_search_by(|e| e.key.as_slice().cmp(key)) {
+                if let Ok(i) = v.binary_search_by(|e| key_cmp(e.key(), key)) {
                     if is_bucket(v[i].flags) != is_bucket(flags) {
                         return Err(Error::IncompatibleValue(show(key)));
                     }
@@ -563,7 +570,7 @@ pub fn delete(
                     return Err(corrupt(0, "empty in-memory branch"));
                 }
                 let i = v
-                    .partition_point(|e| e.key.as_slice() <= key)
+                    .partition_point(|e| key_cmp(&e.key, key).is_le())
                     .saturating_sub(1);
                 materialize(&mut v[i].child, ctx, freed)?
             }
@@ -605,7 +612,7 @@ pub fn free_tree(
             }
             Node::Leaf(v) => {
                 for e in v {
-                    free_nested(e.flags, &e.value, 0, ctx, freed, depth)?;
+                    free_nested(e.flags, e.value(), 0, ctx, freed, depth)?;
                 }
             }
         },
@@ -794,9 +801,9 @@ impl Spill<'_> {
                         &mut buf,
                         id,
                         overflow,
-                        es.iter().map(|e| (e.flags, &e.key[..], &e.value[..])),
+                        es.iter().map(|e| (e.flags, e.key(), e.value())),
                     );
-                    es.first().map(|e| e.key.clone()).unwrap_or_default()
+                    es.first().map(|e| e.key().to_vec()).unwrap_or_default()
                 }
                 Node::Branch(v) => {
                     let es = &v[r];

@@ -194,7 +194,7 @@ impl<'a> NodePage<'a> {
         let (mut lo, mut hi) = (0, self.count);
         while lo < hi {
             let mid = (lo + hi) / 2;
-            if self.key(mid)? < key {
+            if key_cmp(self.key(mid)?, key).is_lt() {
                 lo = mid + 1;
             } else {
                 hi = mid;
@@ -212,6 +212,19 @@ impl<'a> NodePage<'a> {
             Ok(i.saturating_sub(1))
         }
     }
+}
+
+/// Byte-wise key order, comparing the first 8 bytes as one integer: most keys differ there
+/// (etcd's revisions, hashed ids), which spares a memcmp call per binary-search step.
+#[inline]
+pub fn key_cmp(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+    if let (Some(x), Some(y)) = (a.first_chunk::<8>(), b.first_chunk::<8>()) {
+        let (x, y) = (u64::from_be_bytes(*x), u64::from_be_bytes(*y));
+        if x != y {
+            return x.cmp(&y);
+        }
+    }
+    a.cmp(b)
 }
 
 /// Serialized size of a leaf/branch page holding these elements.
@@ -265,6 +278,25 @@ pub fn write_branch<'e>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn key_cmp_is_bytewise_order() {
+        let keys: [&[u8]; 8] = [
+            b"",
+            b"a",
+            b"ab",
+            b"abcdefgh",
+            b"abcdefgh\0",
+            b"abcdefgi",
+            b"b",
+            b"\xff",
+        ];
+        for a in keys {
+            for b in keys {
+                assert_eq!(key_cmp(a, b), a.cmp(b), "{a:?} {b:?}");
+            }
+        }
+    }
 
     #[test]
     fn leaf_roundtrip_and_corrupt_offsets() {

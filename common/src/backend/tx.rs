@@ -29,6 +29,18 @@ pub trait ReadTxn {
         Ok(self.bucket_root(name)?.is_some())
     }
 
+    /// A handle on one bucket, resolved once: cheaper than naming the bucket on every call in
+    /// a hot loop (like redb's open_table).
+    fn bucket(&self, name: &[u8]) -> Result<Bucket<'_>> {
+        let root = self
+            .bucket_root(name)?
+            .ok_or_else(|| Error::BucketNotFound(show(name)))?;
+        Ok(Bucket {
+            ctx: self.ctx(),
+            root,
+        })
+    }
+
     /// A cursor over `bucket`; the bucket must exist.
     fn cursor(&self, bucket: &[u8]) -> Result<Cursor<'_>> {
         let root = self
@@ -83,6 +95,23 @@ pub trait ReadTxn {
             e = c.next()?;
         }
         Ok(())
+    }
+}
+
+/// One bucket of a transaction, for repeated reads.
+#[derive(Clone, Copy)]
+pub struct Bucket<'t> {
+    ctx: Ctx<'t>,
+    root: ChildRef<'t>,
+}
+
+impl<'t> Bucket<'t> {
+    pub fn get(&self, key: &[u8]) -> Result<Option<&'t [u8]>> {
+        Ok(node::find(self.ctx, self.root, key)?.map(|(_, (_, v))| v))
+    }
+
+    pub fn cursor(&self) -> Cursor<'t> {
+        Cursor::new(self.ctx, self.root)
     }
 }
 
@@ -141,6 +170,14 @@ impl ReadTx {
         self.meta.txid
     }
 
+    /// The bucket's sequence number (bbolt's Bucket.Sequence); None when it does not exist.
+    pub fn sequence(&self, bucket: &[u8]) -> Result<Option<u64>> {
+        if !self.bucket_exists(bucket)? {
+            return Ok(None);
+        }
+        bucket_seq(self.ctx(), self.meta.root, bucket).map(Some)
+    }
+
     /// Bytes of the db image this transaction sees (high-water mark × page size).
     pub fn size(&self) -> u64 {
         self.meta.pgid * self.meta.page_size as u64
@@ -174,6 +211,8 @@ pub(crate) struct WBucket {
     pub root: Option<Child>,
     pub seq: u64,
     pub existed: bool,
+    /// Fill percent for this bucket's splits (set by sequential puts), else the txn's.
+    pub fill: Option<f64>,
 }
 
 /// The one write transaction. Changes are visible to itself at once and to others after
@@ -262,6 +301,7 @@ impl<'a> WriteTx<'a> {
                     root: Some(root),
                     seq,
                     existed: true,
+                    fill: None,
                 },
             );
         }
@@ -287,6 +327,7 @@ impl<'a> WriteTx<'a> {
                 root: Some(Child::Mem(Box::new(Node::Leaf(Vec::new())))),
                 seq: 0,
                 existed,
+                fill: None,
             },
         );
         Ok(())
@@ -297,6 +338,23 @@ impl<'a> WriteTx<'a> {
             return Ok(());
         }
         self.create_bucket(name)
+    }
+
+    /// The bucket's sequence number (bbolt's Bucket.Sequence).
+    pub fn sequence(&mut self, bucket: &[u8]) -> Result<u64> {
+        Ok(self.bucket_mut(bucket)?.seq)
+    }
+
+    pub fn set_sequence(&mut self, bucket: &[u8], seq: u64) -> Result<()> {
+        self.bucket_mut(bucket)?.seq = seq;
+        Ok(())
+    }
+
+    /// Increments and returns the bucket's sequence number (bbolt's NextSequence).
+    pub fn next_sequence(&mut self, bucket: &[u8]) -> Result<u64> {
+        let b = self.bucket_mut(bucket)?;
+        b.seq += 1;
+        Ok(b.seq)
     }
 
     /// Deletes a bucket and all its keys; its pages are freed at commit.
@@ -330,6 +388,17 @@ impl<'a> WriteTx<'a> {
             Some(root) => node::put(root, &ctx, &mut self.freed, key, value, 0),
             None => Err(Error::BucketNotFound(show(bucket))),
         }
+    }
+
+    /// A put of a key that sorts after every key of the bucket (etcd's UnsafeSeqPut, used for
+    /// revisions): this bucket's pages are split 90% full instead of half, so an append-only
+    /// bucket stays dense.
+    pub fn put_seq(&mut self, bucket: &[u8], key: &[u8], value: &[u8]) -> Result<()> {
+        self.put(bucket, key, value)?;
+        if let Some(b) = self.buckets.get_mut(bucket) {
+            b.fill = Some(0.9);
+        }
+        Ok(())
     }
 
     /// Deletes `key`; returns whether it existed.

@@ -99,6 +99,29 @@ fn is_local_msg(ty: MessageType) -> bool {
     )
 }
 
+/// Terms and indexes never come near this in a real cluster (2^62 entries); a message that
+/// carries a larger one is corrupt or hostile, and refusing it keeps every `+ 1` in raft safe.
+const MAX_PLAUSIBLE: u64 = 1 << 62;
+
+fn implausible(m: &Message) -> bool {
+    let snap = m
+        .snapshot
+        .as_ref()
+        .map_or((0, 0), super::storage::snapshot_index_term);
+    [
+        m.term,
+        m.log_term,
+        m.index,
+        m.commit,
+        m.reject_hint,
+        snap.0,
+        snap.1,
+    ]
+    .into_iter()
+    .chain(m.entries.iter().flat_map(|e| [e.index, e.term]))
+    .any(|v| v >= MAX_PLAUSIBLE)
+}
+
 fn is_response_msg(ty: MessageType) -> bool {
     matches!(
         ty,
@@ -226,6 +249,29 @@ impl<S: Storage> RawNode<S> {
         };
         if is_local_msg(ty) {
             return Err(Error::StepLocalMsg);
+        }
+        if implausible(&m) {
+            return Err(Error::MalformedMessage(format!(
+                "{ty:?} from {} with an implausible term or index",
+                m.from
+            )));
+        }
+        // Every peer message names a sender other than us; one that does not would, for
+        // instance, make us follow ourselves and forward proposals in a circle.
+        if m.from == NONE || m.from == self.raft.id {
+            return Err(Error::MalformedMessage(format!(
+                "{ty:?} from {} to {}",
+                m.from, self.raft.id
+            )));
+        }
+        if matches!(
+            ty,
+            MessageType::MsgProp | MessageType::MsgReadIndex | MessageType::MsgTransferLeader
+        ) && self.raft.state != StateRole::Leader
+        {
+            // A peer forwarded this because it thinks we lead. Forwarding it again could
+            // send it around in a circle; the proposer retries instead.
+            return Err(Error::ProposalDropped);
         }
         if is_response_msg(ty) && !self.raft.prs.progress.contains_key(&m.from) {
             return Err(Error::StepPeerNotFound);

@@ -3,5 +3,6 @@
 
 mod network;
 mod paper;
+mod robustness;
 mod simulator;
 mod thesis;

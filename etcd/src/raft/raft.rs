@@ -541,6 +541,11 @@ impl<S: Storage> Raft<S> {
     /// Grants a vote at most once per term, to a candidate whose log is at least as
     /// up-to-date (§5.2, §5.4.1). A pre-vote is granted on the log alone when the candidate's
     /// term is ahead, since no one has voted in that term yet.
+    ///
+    /// A node that believes it is a learner answers too, as etcd's does: the candidate may
+    /// already have applied its promotion, and the new quorum may need its vote. A learner's
+    /// vote never counts for a candidate that sees it as a learner (the tally only counts
+    /// voters), and a learner never campaigns.
     fn handle_vote_request(&mut self, m: Message, ty: MessageType) {
         let can_vote = self.vote == m.from
             || (self.vote == NONE && self.leader_id == NONE)

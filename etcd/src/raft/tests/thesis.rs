@@ -550,3 +550,30 @@ fn malformed_messages_are_dropped_not_panicked_on() {
     net.propose(1, b"b").unwrap();
     assert_eq!(net.applied_data(2), vec![b"a".to_vec(), b"b".to_vec()]);
 }
+
+// Leader Completeness (§5.4): "If a log entry is committed in a given term, then that entry
+// will be present in the logs of the leaders for all higher-numbered terms." The node that
+// missed a committed entry cannot collect a majority, so whoever leads next has it.
+#[test]
+fn a_node_missing_a_committed_entry_cannot_become_leader() {
+    let mut net = Network::with_config(&[1, 2, 3], |c| {
+        c.pre_vote = false;
+        c.check_quorum = false;
+    });
+    net.campaign(1);
+    net.isolate(3);
+    net.propose(1, b"committed").unwrap();
+    assert_eq!(net.applied_data(2), vec![b"committed".to_vec()]);
+    // The old leader disappears; 3 (behind) and 2 (up to date) remain.
+    net.recover();
+    net.isolate(1);
+    net.campaign(3);
+    assert_ne!(net.role(3), StateRole::Leader, "2 must refuse its vote");
+    net.campaign(2);
+    assert_eq!(net.role(2), StateRole::Leader);
+    net.propose(2, b"next").unwrap();
+    assert_eq!(
+        net.applied_data(3),
+        vec![b"committed".to_vec(), b"next".to_vec()]
+    );
+}

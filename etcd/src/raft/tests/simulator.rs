@@ -716,12 +716,20 @@ impl Sim {
             for id in self.live() {
                 self.raft(id).tick();
             }
-            // Let the cluster settle between ticks, as a real one does between timer firings.
-            for _ in 0..4 {
+            // Let the cluster settle between ticks, as a real one does between timer firings
+            // (a tick is 100ms in etcd: plenty for many round trips on a healthy network).
+            for _ in 0..10_000 {
                 for id in self.live() {
                     self.handle_ready(id);
                 }
                 self.deliver(1000);
+                let busy = self
+                    .nodes
+                    .values()
+                    .any(|n| n.raft.as_ref().is_some_and(|r| r.has_ready()));
+                if self.net.is_empty() && !busy {
+                    break;
+                }
             }
             self.check();
             let Some(l) = self.leader() else {
@@ -835,6 +843,12 @@ fn run_many(first: u64, count: u64, nodes: u64, steps: u64) {
     let mut total = Stats::default();
     for &seed in &seeds {
         let s = run_seed(seed, nodes, steps);
+        if std::env::var("SIM_TRACE").is_ok() && s.liveness_ticks > 60 {
+            eprintln!(
+                "simulator: seed {seed} needed {} ticks to recover",
+                s.liveness_ticks
+            );
+        }
         total.steps += s.steps;
         total.elections += s.elections;
         total.acked += s.acked;

@@ -68,6 +68,10 @@ impl Faults {
     }
 }
 
+fn trace() -> bool {
+    std::env::var("SIM_TRACE").is_ok()
+}
+
 fn mix(a: u64, b: u64) -> u64 {
     let mut r = SplitMix64::new(a ^ b.rotate_left(17));
     r.next_u64()
@@ -130,6 +134,8 @@ pub struct Sim {
     now: u64,
     next_id: u64,
     max_node_id: u64,
+    /// The members the cluster was bootstrapped with.
+    initial: u64,
     removed_ids: BTreeSet<u64>,
     /// The leader of each term ever observed.
     leaders: BTreeMap<u64, u64>,
@@ -173,6 +179,7 @@ impl Sim {
             now: 0,
             next_id: 1,
             max_node_id: n + 3,
+            initial: n,
             removed_ids: BTreeSet::new(),
             leaders: BTreeMap::new(),
             committed: BTreeMap::new(),
@@ -379,6 +386,9 @@ impl Sim {
     }
 
     fn crash(&mut self, id: u64) {
+        if trace() {
+            eprintln!("step {}: crash {id}", self.now);
+        }
         let n = self.nodes.get_mut(&id).unwrap();
         if let Some(raft) = n.raft.take() {
             n.disk = Some(raft.into_storage());
@@ -389,6 +399,9 @@ impl Sim {
     /// Restarts from what was persisted: the storage's hard state, entries and snapshot. The
     /// state machine is rebuilt from the snapshot, and raft re-delivers the entries after it.
     fn restart(&mut self, id: u64) {
+        if trace() {
+            eprintln!("step {}: restart {id}", self.now);
+        }
         let n = self.nodes.get_mut(&id).unwrap();
         let Some(disk) = n.disk.take() else {
             return;
@@ -402,10 +415,23 @@ impl Sim {
         n.conf_state = snap.metadata.and_then(|m| m.conf_state).unwrap_or_default();
         n.checked_commit = index;
         let cfg = self.config(id, index);
-        match RawNode::new(&cfg, disk) {
-            Ok(r) => self.nodes.get_mut(&id).unwrap().raft = Some(r),
+        let nothing_persisted = disk.last_index().unwrap() == 0
+            && *disk.hard_state() == proto::raftpb::HardState::default();
+        let mut raft = match RawNode::new(&cfg, disk) {
+            Ok(r) => r,
             Err(e) => fail(self.seed, format!("node {id} cannot restart: {e}")),
+        };
+        if nothing_persisted && id <= self.initial {
+            // The bootstrap never reached disk, so the node promised nothing to anyone: it
+            // bootstraps again, as a server finding no WAL entries must. Replaying the
+            // cluster's log from scratch instead would pass through a membership of just
+            // {1} after the first entry, in which node 1 could elect itself.
+            let peers: Vec<Peer> = (1..=self.initial)
+                .map(|id| Peer { id, context: None })
+                .collect();
+            raft.bootstrap(&peers).unwrap();
         }
+        self.nodes.get_mut(&id).unwrap().raft = Some(raft);
     }
 
     fn compact(&mut self, id: u64) {
@@ -590,6 +616,17 @@ impl Sim {
             }
             n.applied = e.index;
             n.sm_hash = mix(n.sm_hash, digest(e));
+            if trace() && e.index < 8 {
+                eprintln!(
+                    "step {}: node {id} applies {} term {} type {} data {:?} -> {:x}",
+                    self.now,
+                    e.index,
+                    e.term,
+                    e.r#type,
+                    e.data(),
+                    n.sm_hash
+                );
+            }
             match self.applied_hash.get(&e.index) {
                 Some(&h) if h != n.sm_hash => fail(
                     seed,
@@ -899,4 +936,14 @@ fn simulator_soak() {
     let steps = env_u64("SIM_STEPS").unwrap_or(5000);
     run_many(first, 1000, 3, steps);
     run_many(first + 500_000, 1000, 5, steps);
+}
+
+/// Seed 700017 (found by the soak): node 1 crashed before its bootstrap Ready reached disk,
+/// restarted with an empty log, received the cluster's entries one per message, applied
+/// `AddNode(1)` and, being the only voter of that one-entry membership, elected itself and
+/// overwrote committed entry 2. Nothing was wrong in raft: a server whose bootstrap never
+/// persisted must bootstrap again, which the simulator now does (see `Sim::restart`).
+#[test]
+fn regression_lost_bootstrap_is_redone() {
+    run_seed(700_017, 5, 2000);
 }

@@ -577,3 +577,66 @@ fn a_node_missing_a_committed_entry_cannot_become_leader() {
         vec![b"committed".to_vec(), b"next".to_vec()]
     );
 }
+
+#[test]
+fn step_names_what_it_refuses() {
+    use crate::raft::{Config, MemStorage, RawNode};
+    let mut n = RawNode::new(
+        &Config::new(1),
+        MemStorage::new_with_conf_state(&[1, 2], &[]),
+    )
+    .unwrap();
+    let cases = [
+        (m(MessageType::MsgHup, 2, 1, 1), Error::StepLocalMsg),
+        (m(MessageType::MsgBeat, 2, 1, 1), Error::StepLocalMsg),
+        (m(MessageType::MsgAppResp, 9, 1, 1), Error::StepPeerNotFound),
+        (m(MessageType::MsgProp, 2, 1, 0), Error::ProposalDropped),
+    ];
+    for (msg, want) in cases {
+        let ty = msg.r#type();
+        assert_eq!(n.step(msg), Err(want), "{ty:?}");
+    }
+    for msg in [
+        m(MessageType::MsgApp, 1, 1, 1),
+        m(MessageType::MsgApp, NONE, 1, 1),
+        m(MessageType::MsgApp, 2, 1, 0),
+        m(MessageType::MsgApp, 2, 1, 1 << 62),
+    ] {
+        assert!(matches!(n.step(msg), Err(Error::MalformedMessage(_))));
+    }
+}
+
+#[test]
+fn restart_refuses_inconsistent_persisted_state() {
+    use crate::raft::{Config, MemStorage, RawNode};
+    use proto::raftpb::HardState;
+    let mut s = MemStorage::new_with_conf_state(&[1], &[]);
+    s.append(&[super::paper::ent(1, 1)]);
+    s.set_hard_state(HardState {
+        term: 1,
+        vote: 1,
+        commit: 5,
+    });
+    let err = RawNode::new(&Config::new(1), s.clone()).err();
+    assert_eq!(
+        err,
+        Some(Error::CorruptState(
+            "commit index 5 is out of range [0, 1]".into()
+        ))
+    );
+    s.set_hard_state(HardState {
+        term: 1,
+        vote: 1,
+        commit: 1,
+    });
+    let cfg = Config {
+        applied: 2,
+        ..Config::new(1)
+    };
+    assert_eq!(
+        RawNode::new(&cfg, s).err(),
+        Some(Error::CorruptState(
+            "applied index 2 is past the commit index 1".into()
+        ))
+    );
+}

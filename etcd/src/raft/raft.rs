@@ -821,7 +821,7 @@ impl<S: Storage> Raft<S> {
         }
         match self
             .raft_log
-            .maybe_append(m.index, m.log_term, m.commit, &m.entries)
+            .maybe_append(m.index, m.log_term, m.commit, m.entries)
         {
             Ok(Some(last_new)) => {
                 let mut resp = msg(MessageType::MsgAppResp, m.from);
@@ -1114,7 +1114,7 @@ impl<S: Storage> Raft<S> {
             e.term = self.term;
             e.index = last + 1 + i as u64;
         }
-        let last = self.raft_log.append(&ents);
+        let last = self.raft_log.append(ents);
         let id = self.id;
         if let Some(pr) = self.prs.progress.get_mut(&id) {
             pr.maybe_update(last);

@@ -185,7 +185,7 @@ impl<S: Storage> RawNode<S> {
             })
             .collect();
         let n = ents.len() as u64;
-        self.raft.raft_log.append(&ents);
+        self.raft.raft_log.append(ents);
         self.raft.raft_log.committed = n;
         for p in peers {
             self.raft.apply_conf_change(&ConfChange {

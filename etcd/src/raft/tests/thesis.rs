@@ -640,3 +640,14 @@ fn restart_refuses_inconsistent_persisted_state() {
         ))
     );
 }
+
+#[test]
+fn a_follower_forwards_a_transfer_request_for_the_named_node() {
+    let mut net = Network::new(&[1, 2, 3]);
+    net.campaign(1);
+    // Asked on follower 2, for node 3: the leader must hand over to 3, not to 2.
+    net.node(2).transfer_leader(3);
+    net.stabilize();
+    assert_eq!(net.role(3), StateRole::Leader);
+    assert_eq!(net.node(2).leader_id(), 3);
+}

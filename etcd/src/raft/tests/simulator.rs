@@ -157,8 +157,14 @@ pub struct Stats {
     pub acked: u64,
     pub crashes: u64,
     pub snapshots_sent: u64,
+    /// Conf change entries applied, summed over nodes (bootstrap entries and replays after
+    /// restarts included).
     pub conf_changes: u64,
     pub reads_confirmed: u64,
+    /// Servers started to join (their AddLearner proposed; not every one commits) and
+    /// members whose removal was applied.
+    pub nodes_added: u64,
+    pub nodes_removed: u64,
     /// Ticks the calm phase needed until every member applied the marker (max over seeds).
     pub liveness_ticks: u64,
 }
@@ -789,6 +795,8 @@ impl Sim {
                 .all(|id| self.nodes.get(id).is_some_and(|n| n.applied >= must_apply));
             if done {
                 self.stats.liveness_ticks = tick + 1;
+                self.stats.nodes_added = self.nodes.len() as u64 - self.initial;
+                self.stats.nodes_removed = self.removed_ids.len() as u64;
                 return;
             }
         }
@@ -894,6 +902,8 @@ fn run_many(first: u64, count: u64, nodes: u64, steps: u64) {
         total.conf_changes += s.conf_changes;
         total.reads_confirmed += s.reads_confirmed;
         total.liveness_ticks = total.liveness_ticks.max(s.liveness_ticks);
+        total.nodes_added += s.nodes_added;
+        total.nodes_removed += s.nodes_removed;
     }
     eprintln!(
         "simulator: {} seeds x {steps} steps, {nodes} nodes: {total:?}",

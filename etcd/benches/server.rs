@@ -40,8 +40,18 @@ fn start(bin: &str, dir: &std::path::Path) -> Server {
     let child = Command::new(bin)
         .args(["--name", "bench", "--data-dir"])
         .arg(dir)
-        .args(["--listen-client-urls", &url, "--advertise-client-urls", &url])
-        .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
+        .args([
+            "--listen-client-urls",
+            &url,
+            "--advertise-client-urls",
+            &url,
+        ])
+        .args([
+            "--listen-peer-urls",
+            &peer,
+            "--initial-advertise-peer-urls",
+            &peer,
+        ])
         .args(["--initial-cluster", &format!("bench={peer}")])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -58,7 +68,12 @@ async fn connect(url: &str) -> KvClient<Channel> {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         if let Ok(mut c) = KvClient::connect(url.to_string()).await
-            && c.range(RangeRequest { key: b"x".to_vec(), ..Default::default() }).await.is_ok()
+            && c.range(RangeRequest {
+                key: b"x".to_vec(),
+                ..Default::default()
+            })
+            .await
+            .is_ok()
         {
             return c;
         }
@@ -151,8 +166,14 @@ fn peak_rss_kb(pid: u32) -> u64 {
 }
 
 fn main() {
-    let secs: f64 = std::env::var("BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(5.0);
-    let keys: usize = std::env::var("BENCH_KEYS").ok().and_then(|s| s.parse().ok()).unwrap_or(100_000);
+    let secs: f64 = std::env::var("BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5.0);
+    let keys: usize = std::env::var("BENCH_KEYS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100_000);
     let tmp = tempfile::tempdir().expect("temp dir");
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let mut rows: Vec<(String, f64, f64)> = Vec::new();
@@ -170,7 +191,9 @@ fn main() {
             (put1, put64, rl, rs)
         });
         let rss = peak_rss_kb(s.child.id());
-        let db = std::fs::metadata(s.data_dir.join("member/snap/db")).map(|m| m.len()).unwrap_or(0);
+        let db = std::fs::metadata(s.data_dir.join("member/snap/db"))
+            .map(|m| m.len())
+            .unwrap_or(0);
         results.push((name, r, rss, db));
     }
     let (_, e, e_rss, e_db) = results[0];
@@ -179,10 +202,17 @@ fn main() {
     rows.push(("put/s, 64 clients".into(), e.1, o.1));
     rows.push(("range/s linearizable, 64 clients".into(), e.2, o.2));
     rows.push(("range/s serializable, 64 clients".into(), e.3, o.3));
-    rows.push((format!("peak RSS KiB after {keys} keys"), e_rss as f64, o_rss as f64));
+    rows.push((
+        format!("peak RSS KiB after {keys} keys"),
+        e_rss as f64,
+        o_rss as f64,
+    ));
     rows.push(("db size bytes".into(), e_db as f64, o_db as f64));
     println!("server benchmark: {secs}s per load, 256-byte values, same machine and disk");
-    println!("{:<40} {:>14} {:>14} {:>10}", "", "etcd 3.4", "etcd-rs", "ours/etcd");
+    println!(
+        "{:<40} {:>14} {:>14} {:>10}",
+        "", "etcd 3.4", "etcd-rs", "ours/etcd"
+    );
     for (n, a, b) in rows {
         let ratio = if a > 0.0 { b / a } else { 0.0 };
         println!("{n:<40} {a:>14.0} {b:>14.0} {ratio:>10.2}");

@@ -128,13 +128,14 @@ impl<S: Storage> RaftLog<S> {
         index: u64,
         log_term: u64,
         committed: u64,
-        ents: &[Entry],
+        ents: impl Into<Vec<Entry>>,
     ) -> Result<Option<u64>, ConflictsWithCommitted> {
+        let mut ents = ents.into();
         if !self.match_term(index, log_term) {
             return Ok(None);
         }
         let last_new = index + ents.len() as u64;
-        let ci = self.find_conflict(ents);
+        let ci = self.find_conflict(&ents);
         if ci != 0 {
             if ci <= self.committed {
                 return Err(ConflictsWithCommitted {
@@ -143,7 +144,8 @@ impl<S: Storage> RaftLog<S> {
                 });
             }
             let start = (ci - (index + 1)) as usize;
-            self.append(&ents[start..]);
+            ents.drain(..start);
+            self.append(ents);
         }
         self.commit_to(committed.min(last_new));
         Ok(Some(last_new))
@@ -153,7 +155,8 @@ impl<S: Storage> RaftLog<S> {
     ///
     /// # Panics
     /// If they would overwrite a committed entry.
-    pub fn append(&mut self, ents: &[Entry]) -> u64 {
+    pub fn append(&mut self, ents: impl Into<Vec<Entry>>) -> u64 {
+        let ents = ents.into();
         let Some(first) = ents.first() else {
             return self.last_index();
         };
@@ -376,7 +379,7 @@ mod tests {
         for (i, (idx, lt, c, ents, want, last, commit)) in cases.into_iter().enumerate() {
             let mut l = log_with(&prev);
             l.committed = 1;
-            assert_eq!(l.maybe_append(idx, lt, c, &ents), Ok(want), "case {i}");
+            assert_eq!(l.maybe_append(idx, lt, c, ents), Ok(want), "case {i}");
             assert_eq!(
                 (l.last_index(), l.committed),
                 (last, commit),

@@ -85,8 +85,10 @@ impl Unstable {
         self.snapshot = Some(snap);
     }
 
-    /// Appends `ents`, dropping whatever they overwrite.
-    pub fn truncate_and_append(&mut self, ents: &[Entry]) {
+    /// Appends `ents`, dropping whatever they overwrite. Takes the entries by value so a
+    /// proposal's data is moved into the log, not copied.
+    pub fn truncate_and_append(&mut self, ents: impl Into<Vec<Entry>>) {
+        let ents = ents.into();
         let Some(after) = ents.first().map(|e| e.index) else {
             return;
         };
@@ -100,7 +102,7 @@ impl Unstable {
         } else {
             self.entries.truncate((after - self.offset) as usize);
         }
-        self.entries.extend_from_slice(ents);
+        self.entries.extend(ents);
     }
 
     /// Entries in `[lo, hi)`.
@@ -217,7 +219,7 @@ mod tests {
         ];
         for (i, (app, woff, want)) in cases.into_iter().enumerate() {
             let mut u = unstable(vec![ent(5, 1)], 5, None);
-            u.truncate_and_append(&app);
+            u.truncate_and_append(app);
             assert_eq!((u.offset, &u.entries), (woff, &want), "case {i}");
         }
         // truncate in the middle

@@ -41,6 +41,28 @@
 //! See [`Ready`] for the exact order of duties, and `tests/` for the paper tests and the
 //! deterministic simulator.
 //!
+//! # Restarting
+//!
+//! Rebuild the storage from what was persisted (the WAL's hard state and entries, the latest
+//! snapshot via `MemStorage::apply_snapshot`) and create the node with `Config::applied` set
+//! to the index the state machine already holds (etcd passes the snapshot index). Committed
+//! entries after it come out again in the first Readies, conf changes included: apply those
+//! again with [`RawNode::apply_conf_change`] (the membership starts from the snapshot's). A
+//! node does not campaign while it has committed conf changes left to apply.
+//!
+//! A member of the initial cluster whose storage holds nothing at all (it crashed before its
+//! bootstrap Ready reached disk) must `bootstrap` again rather than restart empty: it promised
+//! nothing to anyone, while replaying the cluster's log from scratch would pass through a
+//! one-member configuration in which it could elect itself (the simulator found this).
+//!
+//! # What raft refuses
+//!
+//! Nothing that arrives through [`RawNode::step`] makes raft panic: unknown types, local-only
+//! types, messages without a sender or from this node, terms or indexes beyond 2^62, and
+//! responses from unknown peers are refused with an [`Error`]; inconsistent appends and
+//! snapshots are dropped and logged. A `panic!` means raft's own invariants broke (e.g. the
+//! caller skipped a Ready or applied past the commit index).
+//!
 //! # Layout
 //!
 //! - `raw_node`: the caller's API ([`RawNode`], [`Ready`]).

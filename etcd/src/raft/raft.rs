@@ -371,6 +371,12 @@ impl<S: Storage> Raft<S> {
             warn!(id = self.id, "raft: is unpromotable and can not campaign");
             return;
         }
+        if self.term == u64::MAX {
+            // Only a corrupt or hostile peer can have pushed the term this far; there is no
+            // next term to campaign in.
+            tracing::error!(id = self.id, "raft: term exhausted, cannot campaign");
+            return;
+        }
         // A committed but unapplied conf change may remove this node or change the quorum:
         // campaigning on the old membership could elect a leader a new quorum never chose.
         if self.has_unapplied_conf_changes() {
@@ -444,6 +450,9 @@ impl<S: Storage> Raft<S> {
                 m.r#type
             )));
         };
+        if m.term == 0 && Self::needs_term(ty) {
+            return Err(Error::MalformedMessage(format!("{ty:?} without a term")));
+        }
         if m.term > self.term {
             if matches!(ty, MessageType::MsgVote | MessageType::MsgPreVote) {
                 let force = m.context.as_deref() == Some(CAMPAIGN_TRANSFER);
@@ -510,9 +519,33 @@ impl<S: Storage> Raft<S> {
         }
     }
 
+    /// Peer-to-peer messages always carry the sender's term; only local messages and
+    /// forwarded proposals and reads may lack one.
+    fn needs_term(ty: MessageType) -> bool {
+        matches!(
+            ty,
+            MessageType::MsgApp
+                | MessageType::MsgAppResp
+                | MessageType::MsgVote
+                | MessageType::MsgVoteResp
+                | MessageType::MsgPreVote
+                | MessageType::MsgPreVoteResp
+                | MessageType::MsgSnap
+                | MessageType::MsgHeartbeat
+                | MessageType::MsgHeartbeatResp
+                | MessageType::MsgTimeoutNow
+                | MessageType::MsgReadIndexResp
+        )
+    }
+
     /// Grants a vote at most once per term, to a candidate whose log is at least as
     /// up-to-date (§5.2, §5.4.1). A pre-vote is granted on the log alone when the candidate's
     /// term is ahead, since no one has voted in that term yet.
+    ///
+    /// A node that believes it is a learner answers too, as etcd's does: the candidate may
+    /// already have applied its promotion, and the new quorum may need its vote. A learner's
+    /// vote never counts for a candidate that sees it as a learner (the tally only counts
+    /// voters), and a learner never campaigns.
     fn handle_vote_request(&mut self, m: Message, ty: MessageType) {
         let can_vote = self.vote == m.from
             || (self.vote == NONE && self.leader_id == NONE)
@@ -563,12 +596,21 @@ impl<S: Storage> Raft<S> {
                 self.leader_id = m.from;
                 self.handle_snapshot(m);
             }
-            MessageType::MsgTransferLeader | MessageType::MsgReadIndex => {
+            MessageType::MsgReadIndex => {
                 if self.leader_id == NONE {
                     return Err(Error::ProposalDropped);
                 }
                 m.to = self.leader_id;
                 self.send(m);
+            }
+            MessageType::MsgTransferLeader => {
+                if self.leader_id == NONE {
+                    return Err(Error::ProposalDropped);
+                }
+                // `from` names the transferee, so it must survive the forwarding.
+                m.to = self.leader_id;
+                m.term = self.term;
+                self.msgs.push(m);
             }
             MessageType::MsgTimeoutNow => {
                 if m.from != self.leader_id {
@@ -779,7 +821,7 @@ impl<S: Storage> Raft<S> {
         }
         match self
             .raft_log
-            .maybe_append(m.index, m.log_term, m.commit, &m.entries)
+            .maybe_append(m.index, m.log_term, m.commit, m.entries)
         {
             Ok(Some(last_new)) => {
                 let mut resp = msg(MessageType::MsgAppResp, m.from);
@@ -849,7 +891,7 @@ impl<S: Storage> Raft<S> {
                 id = self.id,
                 "raft: non-follower attempted to restore snapshot"
             );
-            self.become_follower(self.term + 1, NONE);
+            self.become_follower(self.term.saturating_add(1), NONE);
             return false;
         }
         let cs = snap
@@ -1072,7 +1114,7 @@ impl<S: Storage> Raft<S> {
             e.term = self.term;
             e.index = last + 1 + i as u64;
         }
-        let last = self.raft_log.append(&ents);
+        let last = self.raft_log.append(ents);
         let id = self.id;
         if let Some(pr) = self.prs.progress.get_mut(&id) {
             pr.maybe_update(last);

@@ -51,7 +51,12 @@ struct ReadyRecord {
 /// 3. Send `messages`. A follower or candidate must send only after step 2 (its messages
 ///    promise what is on disk: votes, acknowledgements). A leader may send them in parallel
 ///    with step 2 (thesis §10.2.1), because it only counts its own log toward a commit in a
-///    later Ready, which it takes after calling `advance`.
+///    later Ready, which it takes after calling `advance`. When the transport has sent (or
+///    failed to send) a `MsgSnap`, call [`RawNode::report_snapshot`]; when a peer cannot be
+///    reached, [`RawNode::report_unreachable`]. A server sending `MsgSnap` should build the
+///    snapshot as of its current applied index and membership (as etcd's merged snapshot
+///    message does): a follower refuses a snapshot whose membership does not include it,
+///    which an older stored snapshot may not for a newly added member.
 /// 4. Apply `committed_entries` in order (they may include entries from step 2, which are
 ///    durable by now). For `EntryConfChange` entries call [`RawNode::apply_conf_change`].
 /// 5. Serve `read_states`: a read with `index` may be answered once the applied index
@@ -97,6 +102,29 @@ fn is_local_msg(ty: MessageType) -> bool {
             | MessageType::MsgSnapStatus
             | MessageType::MsgCheckQuorum
     )
+}
+
+/// Terms and indexes never come near this in a real cluster (2^62 entries); a message that
+/// carries a larger one is corrupt or hostile, and refusing it keeps every `+ 1` in raft safe.
+const MAX_PLAUSIBLE: u64 = 1 << 62;
+
+fn implausible(m: &Message) -> bool {
+    let snap = m
+        .snapshot
+        .as_ref()
+        .map_or((0, 0), super::storage::snapshot_index_term);
+    [
+        m.term,
+        m.log_term,
+        m.index,
+        m.commit,
+        m.reject_hint,
+        snap.0,
+        snap.1,
+    ]
+    .into_iter()
+    .chain(m.entries.iter().flat_map(|e| [e.index, e.term]))
+    .any(|v| v >= MAX_PLAUSIBLE)
 }
 
 fn is_response_msg(ty: MessageType) -> bool {
@@ -157,7 +185,7 @@ impl<S: Storage> RawNode<S> {
             })
             .collect();
         let n = ents.len() as u64;
-        self.raft.raft_log.append(&ents);
+        self.raft.raft_log.append(ents);
         self.raft.raft_log.committed = n;
         for p in peers {
             self.raft.apply_conf_change(&ConfChange {
@@ -226,6 +254,29 @@ impl<S: Storage> RawNode<S> {
         };
         if is_local_msg(ty) {
             return Err(Error::StepLocalMsg);
+        }
+        if implausible(&m) {
+            return Err(Error::MalformedMessage(format!(
+                "{ty:?} from {} with an implausible term or index",
+                m.from
+            )));
+        }
+        // Every peer message names a sender other than us; one that does not would, for
+        // instance, make us follow ourselves and forward proposals in a circle.
+        if m.from == NONE || m.from == self.raft.id {
+            return Err(Error::MalformedMessage(format!(
+                "{ty:?} from {} to {}",
+                m.from, self.raft.id
+            )));
+        }
+        if matches!(
+            ty,
+            MessageType::MsgProp | MessageType::MsgReadIndex | MessageType::MsgTransferLeader
+        ) && self.raft.state != StateRole::Leader
+        {
+            // A peer forwarded this because it thinks we lead. Forwarding it again could
+            // send it around in a circle; the proposer retries instead.
+            return Err(Error::ProposalDropped);
         }
         if is_response_msg(ty) && !self.raft.prs.progress.contains_key(&m.from) {
             return Err(Error::StepPeerNotFound);

@@ -137,7 +137,8 @@ impl Network {
     /// Delivers messages (and everything they cause) until the cluster is quiet.
     pub fn send(&mut self, msgs: Vec<Message>) {
         let mut queue = msgs;
-        loop {
+        for round in 0.. {
+            assert!(round < 10_000, "the cluster never went quiet: {queue:?}");
             for m in std::mem::take(&mut queue) {
                 if self.cut.contains(&(m.from, m.to)) || self.ignored.contains(&m.r#type) {
                     continue;
@@ -148,7 +149,7 @@ impl Network {
             }
             queue = self.process_readies();
             if queue.is_empty() {
-                break;
+                return;
             }
         }
     }

@@ -571,3 +571,41 @@ fn voter_applies_the_election_restriction() {
         );
     }
 }
+
+// Election Safety (§5.2, Figure 3): "at most one leader can be elected in a given term."
+// Two candidates of the same term split the three votes: each votes for itself, and the
+// third voter grants only the first request it sees.
+#[test]
+fn two_candidates_cannot_both_win_a_term() {
+    for first in [1u64, 2] {
+        let mut nodes: Vec<Raft<MemStorage>> = (1..=3).map(|id| raft(id, &[1, 2, 3])).collect();
+        for c in [0usize, 1] {
+            let id = c as u64 + 1;
+            nodes[c].step(m(MessageType::MsgHup, id, id, 0)).ok();
+        }
+        // Deliver the requests to node 3 in the chosen order, then all answers.
+        let mut requests: Vec<Message> = Vec::new();
+        for n in nodes.iter_mut().take(2) {
+            requests.extend(take(n));
+        }
+        requests.sort_by_key(|m| (m.from != first, m.to));
+        for msg in requests {
+            let to = msg.to as usize - 1;
+            nodes[to].step(msg).unwrap();
+        }
+        let mut answers = Vec::new();
+        for n in nodes.iter_mut() {
+            answers.extend(take(n));
+        }
+        for msg in answers {
+            let to = msg.to as usize - 1;
+            nodes[to].step(msg).unwrap();
+        }
+        let leaders: Vec<(u64, u64)> = nodes
+            .iter()
+            .filter(|n| n.state == StateRole::Leader)
+            .map(|n| (n.id, n.term))
+            .collect();
+        assert_eq!(leaders, vec![(first, 1)]);
+    }
+}

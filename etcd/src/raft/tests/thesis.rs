@@ -551,6 +551,96 @@ fn malformed_messages_are_dropped_not_panicked_on() {
     assert_eq!(net.applied_data(2), vec![b"a".to_vec(), b"b".to_vec()]);
 }
 
+// Leader Completeness (§5.4): "If a log entry is committed in a given term, then that entry
+// will be present in the logs of the leaders for all higher-numbered terms." The node that
+// missed a committed entry cannot collect a majority, so whoever leads next has it.
+#[test]
+fn a_node_missing_a_committed_entry_cannot_become_leader() {
+    let mut net = Network::with_config(&[1, 2, 3], |c| {
+        c.pre_vote = false;
+        c.check_quorum = false;
+    });
+    net.campaign(1);
+    net.isolate(3);
+    net.propose(1, b"committed").unwrap();
+    assert_eq!(net.applied_data(2), vec![b"committed".to_vec()]);
+    // The old leader disappears; 3 (behind) and 2 (up to date) remain.
+    net.recover();
+    net.isolate(1);
+    net.campaign(3);
+    assert_ne!(net.role(3), StateRole::Leader, "2 must refuse its vote");
+    net.campaign(2);
+    assert_eq!(net.role(2), StateRole::Leader);
+    net.propose(2, b"next").unwrap();
+    assert_eq!(
+        net.applied_data(3),
+        vec![b"committed".to_vec(), b"next".to_vec()]
+    );
+}
+
+#[test]
+fn step_names_what_it_refuses() {
+    use crate::raft::{Config, MemStorage, RawNode};
+    let mut n = RawNode::new(
+        &Config::new(1),
+        MemStorage::new_with_conf_state(&[1, 2], &[]),
+    )
+    .unwrap();
+    let cases = [
+        (m(MessageType::MsgHup, 2, 1, 1), Error::StepLocalMsg),
+        (m(MessageType::MsgBeat, 2, 1, 1), Error::StepLocalMsg),
+        (m(MessageType::MsgAppResp, 9, 1, 1), Error::StepPeerNotFound),
+        (m(MessageType::MsgProp, 2, 1, 0), Error::ProposalDropped),
+    ];
+    for (msg, want) in cases {
+        let ty = msg.r#type();
+        assert_eq!(n.step(msg), Err(want), "{ty:?}");
+    }
+    for msg in [
+        m(MessageType::MsgApp, 1, 1, 1),
+        m(MessageType::MsgApp, NONE, 1, 1),
+        m(MessageType::MsgApp, 2, 1, 0),
+        m(MessageType::MsgApp, 2, 1, 1 << 62),
+    ] {
+        assert!(matches!(n.step(msg), Err(Error::MalformedMessage(_))));
+    }
+}
+
+#[test]
+fn restart_refuses_inconsistent_persisted_state() {
+    use crate::raft::{Config, MemStorage, RawNode};
+    use proto::raftpb::HardState;
+    let mut s = MemStorage::new_with_conf_state(&[1], &[]);
+    s.append(&[super::paper::ent(1, 1)]);
+    s.set_hard_state(HardState {
+        term: 1,
+        vote: 1,
+        commit: 5,
+    });
+    let err = RawNode::new(&Config::new(1), s.clone()).err();
+    assert_eq!(
+        err,
+        Some(Error::CorruptState(
+            "commit index 5 is out of range [0, 1]".into()
+        ))
+    );
+    s.set_hard_state(HardState {
+        term: 1,
+        vote: 1,
+        commit: 1,
+    });
+    let cfg = Config {
+        applied: 2,
+        ..Config::new(1)
+    };
+    assert_eq!(
+        RawNode::new(&cfg, s).err(),
+        Some(Error::CorruptState(
+            "applied index 2 is past the commit index 1".into()
+        ))
+    );
+}
+
 #[test]
 fn a_follower_forwards_a_transfer_request_for_the_named_node() {
     let mut net = Network::new(&[1, 2, 3]);

@@ -110,7 +110,13 @@ impl Progress {
         if self.next_idx == 0 || self.next_idx - 1 != rejected {
             return false;
         }
-        self.next_idx = rejected.min(match_hint + 1).max(self.matched + 1).max(1);
+        let next = rejected.min(match_hint + 1).max(self.matched + 1).max(1);
+        if next == self.next_idx {
+            // Probing the same index again would get the same answer: only a confused or
+            // hostile follower rejects at what it acknowledged. Wait for the next heartbeat.
+            return false;
+        }
+        self.next_idx = next;
         self.probe_sent = false;
         true
     }
@@ -153,7 +159,9 @@ mod tests {
             (Probe, 0, 10, 9, 9, true, 9),
             (Probe, 0, 10, 9, 2, true, 3),
             (Probe, 0, 2, 1, 1, true, 1),
-            (Probe, 0, 1, 0, 0, true, 1),
+            // rejecting what is known to match says nothing new
+            (Probe, 0, 1, 0, 0, false, 1),
+            (Probe, 8, 9, 8, 8, false, 9),
             // never below matched + 1
             (Probe, 3, 10, 9, 0, true, 4),
         ];

@@ -416,3 +416,33 @@ fn endpoint_status_and_snapshot_save_restore_into_real_etcd() {
     assert_eq!(v["header"]["revision"], 21);
     assert_eq!(v["kvs"][19]["mod_revision"], 21);
 }
+
+/// A first start that died after creating its WAL but before saving the bootstrap entries
+/// leaves a WAL with metadata only; the next start must bootstrap again and serve.
+#[test]
+fn a_wal_without_entries_bootstraps_again() {
+    use prost::Message;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("ours");
+    let mut ours = RealEtcd::start_bin(OURS, &dir, "node", &[]);
+    ours.stop();
+    let wal_dir = dir.join("member/wal");
+    let meta = common::wal::Records::open(&wal_dir)
+        .unwrap()
+        .filter_map(|r| r.ok())
+        .find(|r| r.record.r#type == common::wal::RecordType::Metadata as i64)
+        .and_then(|r| r.record.data)
+        .unwrap();
+    assert!(proto::etcdserverpb::Metadata::decode(meta.as_slice()).is_ok());
+    std::fs::remove_dir_all(dir.join("member")).unwrap();
+    std::fs::create_dir_all(dir.join("member/snap")).unwrap();
+    drop(common::wal::Wal::create(&wal_dir, &meta).unwrap());
+
+    ours.restart(OURS, &[]);
+    let (code, _, err) = ctl(&ours, &["put", "again", "yes"], None);
+    assert_eq!(code, 0, "{err}");
+    let (_, out, _) = ctl(&ours, &["member", "list"], None);
+    assert_eq!(out.lines().count(), 1, "{out}");
+    let log = std::fs::read_to_string(dir.with_extension("log")).unwrap();
+    assert!(log.contains("bootstrapping the member again"));
+}

@@ -122,6 +122,25 @@ pub fn initial_members(cfg: &Config) -> Vec<Member> {
         .collect()
 }
 
+/// The raft peers of a new cluster; each conf change carries the member as JSON without its
+/// client URLs, as etcd's do.
+fn bootstrap_peers(members: &[Member]) -> Vec<Peer> {
+    members
+        .iter()
+        .map(|m| Peer {
+            id: m.id,
+            context: Some(
+                Member {
+                    client_urls: Vec::new(),
+                    ..m.clone()
+                }
+                .to_json()
+                .into_bytes(),
+            ),
+        })
+        .collect()
+}
+
 pub fn boot(cfg: &Config) -> Result<Booted, BootError> {
     let wal_dir = cfg.wal_dir();
     let snap_dir = cfg.snap_dir();
@@ -170,22 +189,7 @@ fn new_member(cfg: &Config) -> Result<Booted, BootError> {
         }
     })?;
     let mut node = RawNode::new(&raft_config(cfg, me.id, 0), MemStorage::new())?;
-    let peers: Vec<Peer> = members
-        .iter()
-        .map(|m| Peer {
-            id: m.id,
-            context: Some(
-                // The conf change context is the member without its client URLs, as etcd's.
-                Member {
-                    client_urls: Vec::new(),
-                    ..m.clone()
-                }
-                .to_json()
-                .into_bytes(),
-            ),
-        })
-        .collect();
-    node.bootstrap(&peers)?;
+    node.bootstrap(&bootstrap_peers(&members))?;
     tracing::info!(
         local_member_id = %membership::id_hex(me.id),
         cluster_id = %membership::id_hex(cluster_id),
@@ -274,7 +278,25 @@ fn restart(cfg: &Config) -> Result<Booted, BootError> {
     }
     storage.set_hard_state(read.state);
     storage.append(&read.entries);
-    let node = RawNode::new(&raft_config(cfg, meta.node_id, snapshot_index), storage)?;
+    let never_started = snapshot_index == 0
+        && read.entries.is_empty()
+        && read.state == proto::raftpb::HardState::default();
+    let mut node = RawNode::new(&raft_config(cfg, meta.node_id, snapshot_index), storage)?;
+    if never_started {
+        // The first start crashed after creating the WAL but before its bootstrap entries
+        // were saved: bootstrap again (restarting with an empty log would leave the member
+        // without a membership, and it could elect itself alone).
+        let members = initial_members(cfg);
+        if !members.iter().any(|m| m.id == meta.node_id) {
+            return Err(BootError::Config(format!(
+                "the WAL in {} belongs to member {}, which --initial-cluster does not describe",
+                wal_dir.display(),
+                membership::id_hex(meta.node_id)
+            )));
+        }
+        tracing::warn!("the WAL holds no entries: bootstrapping the member again");
+        node.bootstrap(&bootstrap_peers(&members))?;
+    }
     let members = load_members(&kv);
     tracing::info!(
         local_member_id = %membership::id_hex(meta.node_id),

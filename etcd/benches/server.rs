@@ -178,7 +178,12 @@ fn main() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let mut rows: Vec<(String, f64, f64)> = Vec::new();
     let mut results = Vec::new();
+    let only = std::env::var("BENCH_ONLY").ok();
     for (name, bin) in [("etcd", "etcd"), ("ours", OURS)] {
+        if only.as_deref().is_some_and(|o| o != name) {
+            results.push((name, (0.0, 0.0, 0.0, 0.0), 0, 0));
+            continue;
+        }
         let s = start(bin, &tmp.path().join(name));
         let url = s.url.clone();
         let r = rt.block_on(async {

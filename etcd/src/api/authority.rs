@@ -25,6 +25,8 @@ struct PendingBlock {
     stream_id: u32,
     end_stream: bool,
     block: Vec<u8>,
+    /// The frames as received, forwarded as they are when nothing needs fixing.
+    raw: Vec<u8>,
 }
 
 /// The inbound side of one connection, rewritten frame by frame.
@@ -38,6 +40,12 @@ pub struct AuthorityFix<S> {
     decoder: loona_hpack::Decoder<'static>,
     encoder: loona_hpack::Encoder<'static>,
     eof: bool,
+    /// Set once the first header block showed a well-formed authority: from then on bytes
+    /// pass through untouched (a client keeps one authority per connection).
+    passthrough: bool,
+    /// Set once a block was rewritten: every later block must be re-encoded too, since the
+    /// server's HPACK state now follows our encoder.
+    rewriting: bool,
 }
 
 impl<S> AuthorityFix<S> {
@@ -52,6 +60,8 @@ impl<S> AuthorityFix<S> {
             decoder: loona_hpack::Decoder::new(),
             encoder: loona_hpack::Encoder::new(),
             eof: false,
+            passthrough: false,
+            rewriting: false,
         }
     }
 
@@ -83,6 +93,10 @@ impl<S> AuthorityFix<S> {
             self.preface_seen = true;
         }
         loop {
+            if self.passthrough {
+                self.out.append(&mut self.inbuf);
+                return Ok(());
+            }
             if self.inbuf.len() < FRAME_HEADER_LEN {
                 return Ok(());
             }
@@ -123,6 +137,7 @@ impl<S> AuthorityFix<S> {
                         stream_id,
                         end_stream: flags & FLAG_END_STREAM != 0,
                         block: payload[start..end].to_vec(),
+                        raw: frame.clone(),
                     };
                     if flags & FLAG_END_HEADERS != 0 {
                         self.emit(block)?;
@@ -136,6 +151,7 @@ impl<S> AuthorityFix<S> {
                         .take()
                         .ok_or_else(|| bad("CONTINUATION without HEADERS".into()))?;
                     block.block.extend_from_slice(payload);
+                    block.raw.extend_from_slice(&frame);
                     if flags & FLAG_END_HEADERS != 0 {
                         self.emit(block)?;
                     } else {
@@ -152,6 +168,17 @@ impl<S> AuthorityFix<S> {
             .decoder
             .decode(&b.block)
             .map_err(|e| bad(format!("undecodable request headers: {e:?}")))?;
+        let needs_fix = headers
+            .iter()
+            .any(|(n, v)| n == b":authority" && fix_authority(v).is_some());
+        if !needs_fix && !self.rewriting {
+            // The server's decoder sees exactly what the client encoded: nothing more to do on
+            // this connection.
+            self.out.extend_from_slice(&b.raw);
+            self.passthrough = true;
+            return Ok(());
+        }
+        self.rewriting = true;
         let fixed: Vec<(Vec<u8>, Vec<u8>)> = headers
             .into_iter()
             .map(|(n, v)| {
@@ -340,5 +367,25 @@ mod tests {
             &out[33 + len..],
             &[0, 0, 3, 0x0, FLAG_END_STREAM, 0, 0, 0, 1, 7, 8, 9]
         );
+    }
+}
+
+#[cfg(test)]
+mod passthrough_tests {
+    use super::*;
+
+    #[test]
+    fn a_good_authority_switches_the_connection_to_passthrough() {
+        let mut enc = loona_hpack::Encoder::new();
+        let block = enc.encode([(&b":authority"[..], &b"127.0.0.1:2379"[..]), (b":path", b"/x")]);
+        let mut wire = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        wire.extend_from_slice(&[0, 0, block.len() as u8, TYPE_HEADERS, FLAG_END_HEADERS, 0, 0, 0, 1]);
+        wire.extend_from_slice(&block);
+        wire.extend_from_slice(b"anything after is not parsed");
+        let mut fix = AuthorityFix::new(());
+        fix.inbuf.extend_from_slice(&wire);
+        fix.process().unwrap();
+        assert!(fix.passthrough);
+        assert_eq!(fix.out, wire);
     }
 }

@@ -82,7 +82,13 @@ pub async fn serve(
         )
         .add_service(ClusterServer::new(ClusterService { server }).max_decoding_message_size(max))
         .serve_with_incoming_shutdown(
-            TcpListenerStream::new(listener).map(|s| s.map(AuthorityFix::new)),
+            TcpListenerStream::new(listener).map(|s| {
+                s.map(|s| {
+                    // Small gRPC frames must not wait for Nagle's algorithm (40 ms stalls).
+                    let _ = s.set_nodelay(true);
+                    AuthorityFix::new(s)
+                })
+            }),
             shutdown,
         )
         .await

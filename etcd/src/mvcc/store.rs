@@ -461,8 +461,9 @@ impl<'a> WriteTxn<'a> {
             value: value.to_vec(),
             lease,
         };
+        // Revisions only grow: sequential puts keep the key bucket's pages full, as etcd's.
         self.group()
-            .put(buckets::KEY, &rev.to_bytes(), &kv.encode_to_vec());
+            .put_seq(buckets::KEY, &rev.to_bytes(), &kv.encode_to_vec());
         self.store.state_mut().index.put(key, rev);
         self.sub += 1;
         self.events.push(Event {
@@ -492,7 +493,7 @@ impl<'a> WriteTxn<'a> {
                 key: key.clone(),
                 ..Default::default()
             };
-            self.group().put(
+            self.group().put_seq(
                 buckets::KEY,
                 &rev.to_tombstone_bytes(),
                 &tomb.encode_to_vec(),

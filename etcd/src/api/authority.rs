@@ -377,9 +377,22 @@ mod passthrough_tests {
     #[test]
     fn a_good_authority_switches_the_connection_to_passthrough() {
         let mut enc = loona_hpack::Encoder::new();
-        let block = enc.encode([(&b":authority"[..], &b"127.0.0.1:2379"[..]), (b":path", b"/x")]);
+        let block = enc.encode([
+            (&b":authority"[..], &b"127.0.0.1:2379"[..]),
+            (b":path", b"/x"),
+        ]);
         let mut wire = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-        wire.extend_from_slice(&[0, 0, block.len() as u8, TYPE_HEADERS, FLAG_END_HEADERS, 0, 0, 0, 1]);
+        wire.extend_from_slice(&[
+            0,
+            0,
+            block.len() as u8,
+            TYPE_HEADERS,
+            FLAG_END_HEADERS,
+            0,
+            0,
+            0,
+            1,
+        ]);
         wire.extend_from_slice(&block);
         wire.extend_from_slice(b"anything after is not parsed");
         let mut fix = AuthorityFix::new(());

@@ -188,6 +188,9 @@ fn script() -> Vec<(Vec<&'static str>, Option<&'static str>)> {
         c(&["compaction", "2"]),
         c(&["member", "list"]),
         c(&["member", "list", "-w", "json"]),
+        c(&["defrag"]),
+        c(&["get", "zoo", "-w", "json"]),
+        c(&["alarm", "list"]),
     ]
 }
 

@@ -79,6 +79,7 @@ fn run(cfg: Config) -> Result<(), String> {
             .map_err(|e| format!("the member did not become ready: {e}"))?;
         etcd::server::publish(&server).await;
         tokio::spawn(etcd::api::lease::expire_leases(server.clone()));
+        tokio::spawn(etcd::server::compactor::run(server.clone()));
         let (stop_tx, _) = tokio::sync::broadcast::channel::<()>(1);
         let mut tasks = Vec::new();
         for (url, l) in listeners {

@@ -449,3 +449,38 @@ fn a_wal_without_entries_bootstraps_again() {
     let log = std::fs::read_to_string(dir.with_extension("log")).unwrap();
     assert!(log.contains("bootstrapping the member again"));
 }
+
+#[test]
+fn periodic_auto_compaction_compacts_old_history() {
+    let tmp = tempfile::tempdir().unwrap();
+    let flags = [
+        "--auto-compaction-mode",
+        "periodic",
+        "--auto-compaction-retention",
+        "1s",
+    ];
+    let ours = RealEtcd::start_bin(OURS, &tmp.path().join("ours"), "node", &flags);
+    for i in 0..5 {
+        ctl(&ours, &["put", "k", &format!("v{i}")], None);
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        // Keep writing so that there is something newer than the retention period.
+        ctl(&ours, &["put", "tick", "x"], None);
+        let (code, _, err) = ctl(&ours, &["get", "k", "--rev", "2"], None);
+        if code != 0 {
+            assert!(
+                err.contains("required revision has been compacted"),
+                "{err}"
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no auto-compaction happened"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    let log = std::fs::read_to_string(tmp.path().join("ours").with_extension("log")).unwrap();
+    assert!(log.contains("completed auto periodic compaction"));
+}

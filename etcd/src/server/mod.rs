@@ -3,6 +3,7 @@
 
 pub mod apply;
 pub mod bootstrap;
+pub mod compactor;
 pub mod raft_loop;
 pub mod wait;
 

@@ -79,9 +79,24 @@ fn lease_script(e: &RealEtcd) -> Vec<(i32, String, String)> {
             .replace(&id, "<LEASE>")
             .replace(&id_dec, "<LEASE>")
             .replace("remaining(99s)", "remaining(100s)");
+        let o = sort_attached_keys(&o);
         out.push((c, o, err.replace(&id, "<LEASE>")));
     }
     out
+}
+
+/// etcd lists a lease's keys in Go map order (random); compare them as a set.
+fn sort_attached_keys(s: &str) -> String {
+    let Some(start) = s.find("attached keys([") else {
+        return s.to_string();
+    };
+    let from = start + "attached keys([".len();
+    let Some(len) = s[from..].find("])") else {
+        return s.to_string();
+    };
+    let mut keys: Vec<&str> = s[from..from + len].split(' ').collect();
+    keys.sort_unstable();
+    format!("{}{}{}", &s[..from], keys.join(" "), &s[from + len..])
 }
 
 /// Runs a (never ending) etcdctl watch for a second and returns what it printed.
@@ -483,4 +498,51 @@ fn periodic_auto_compaction_compacts_old_history() {
     }
     let log = std::fs::read_to_string(tmp.path().join("ours").with_extension("log")).unwrap();
     assert!(log.contains("completed auto periodic compaction"));
+}
+
+/// --quota-backend-bytes: past it, NOSPACE is raised and writes are refused with etcd's error;
+/// reads and deletes still work; after compaction, defrag and `alarm disarm`, writes work.
+#[test]
+fn quota_raises_nospace_until_disarmed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ours = RealEtcd::start_bin(
+        OURS,
+        &tmp.path().join("ours"),
+        "node",
+        &["--quota-backend-bytes", "300000"],
+    );
+    let big = "x".repeat(60_000);
+    let mut refused = None;
+    for i in 0..60 {
+        let (code, _, err) = ctl(&ours, &["put", &format!("big{i:02}"), &big], None);
+        if code != 0 {
+            refused = Some(err);
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(30));
+    }
+    let err = refused.expect("the quota never stopped a write");
+    assert!(
+        err.contains("etcdserver: mvcc: database space exceeded"),
+        "{err}"
+    );
+    let (_, alarms, _) = ctl(&ours, &["alarm", "list"], None);
+    assert!(alarms.contains("alarm:NOSPACE"), "{alarms}");
+    let (code, _, err) = ctl(&ours, &["put", "small", "x"], None);
+    assert_ne!(code, 0);
+    assert!(err.contains("database space exceeded"), "{err}");
+    let (code, _, _) = ctl(&ours, &["get", "big00", "--print-value-only"], None);
+    assert_eq!(code, 0, "reads keep working");
+    let (code, out, _) = ctl(&ours, &["del", "big", "--prefix", "-w", "json"], None);
+    assert_eq!(code, 0, "deletes keep working");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let rev = v["header"]["revision"].as_i64().unwrap().to_string();
+    assert_eq!(ctl(&ours, &["compaction", &rev], None).0, 0);
+    assert_eq!(ctl(&ours, &["defrag"], None).0, 0);
+    let (code, out, _) = ctl(&ours, &["alarm", "disarm"], None);
+    assert_eq!(code, 0);
+    assert!(out.contains("alarm:NOSPACE"), "{out}");
+    assert_eq!(ctl(&ours, &["alarm", "list"], None).1, "");
+    let (code, _, err) = ctl(&ours, &["put", "small", "x"], None);
+    assert_eq!(code, 0, "{err}");
 }

@@ -51,6 +51,9 @@ impl Kv for KvService {
     async fn put(&self, request: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
         let r = request.into_inner();
         kv::check_put(&r)?;
+        self.server
+            .check_quota(prost::Message::encoded_len(&r))
+            .await?;
         let (applied, rev) = self
             .propose(InternalRaftRequest {
                 put: Some(r),
@@ -102,6 +105,9 @@ impl Kv for KvService {
             t.header = self.server.header(rev);
             return Ok(Response::new(t));
         }
+        self.server
+            .check_quota(prost::Message::encoded_len(&r))
+            .await?;
         let (applied, rev) = self
             .propose(InternalRaftRequest {
                 txn: Some(r),

@@ -41,6 +41,7 @@ impl Lease for LeaseService {
         if r.id == 0 {
             r.id = self.server.next_lease_id();
         }
+        self.server.check_quota(64).await?;
         let out = self
             .server
             .propose(InternalRaftRequest {

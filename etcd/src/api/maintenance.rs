@@ -1,4 +1,4 @@
-// The Maintenance service: Status, Alarm (list; this server raises none yet), Defragment,
+// The Maintenance service: Status, Alarm (through raft; NOSPACE from the quota), Defragment,
 // HashKV, Snapshot (a consistent db image with etcd's sha256 trailer) and MoveLeader for a
 // single member. Hash and Downgrade answer `unimplemented` until they are built.
 
@@ -9,13 +9,14 @@ use proto::etcdserverpb::{
     AlarmRequest, AlarmResponse, DefragmentRequest, DefragmentResponse, DowngradeRequest,
     DowngradeResponse, HashKvRequest, HashKvResponse, HashRequest, HashResponse, MoveLeaderRequest,
     MoveLeaderResponse, SnapshotRequest, SnapshotResponse, StatusRequest, StatusResponse,
-    alarm_request::AlarmAction, maintenance_server::Maintenance,
+    maintenance_server::Maintenance,
 };
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
 use super::errors;
 use crate::server::EtcdServer;
+use crate::server::apply::Applied;
 
 pub struct MaintenanceService {
     pub server: Arc<EtcdServer>,
@@ -30,17 +31,21 @@ const SNAPSHOT_CHUNK: usize = 32 * 1024;
 #[tonic::async_trait]
 impl Maintenance for MaintenanceService {
     async fn alarm(&self, r: Request<AlarmRequest>) -> Result<Response<AlarmResponse>, Status> {
-        let r = r.into_inner();
-        match AlarmAction::try_from(r.action) {
-            // No alarm is ever raised here yet (no quota enforcement): the list is truly empty
-            // and there is nothing to disarm.
-            Ok(AlarmAction::Get) | Ok(AlarmAction::Deactivate) => {
-                Ok(Response::new(AlarmResponse {
-                    header: self.server.header(self.server.kv().current_rev()),
-                    alarms: Vec::new(),
-                }))
+        let out = self
+            .server
+            .propose(proto::etcdserverpb::InternalRaftRequest {
+                alarm: Some(r.into_inner()),
+                ..Default::default()
+            })
+            .await?;
+        match out.result? {
+            Applied::Alarm(mut a) => {
+                a.header = self.server.header(out.revision);
+                Ok(Response::new(a))
             }
-            _ => Err(not_yet("activating alarms")),
+            _ => Err(Status::internal(
+                "alarm: apply returned another kind of result",
+            )),
         }
     }
 
@@ -61,6 +66,16 @@ impl Maintenance for MaintenanceService {
         let mut errs = Vec::new();
         if let Some(f) = s.failure() {
             errs.push(f);
+        }
+        for a in s.alarms() {
+            // etcd lists raised alarms among the status errors.
+            errs.push(format!(
+                "memberID:{} alarm:{}",
+                a.member_id,
+                proto::etcdserverpb::AlarmType::try_from(a.alarm)
+                    .map(|t| t.as_str_name())
+                    .unwrap_or("UNKNOWN")
+            ));
         }
         Ok(Response::new(StatusResponse {
             header: s.header(s.kv().current_rev()),

@@ -3,14 +3,15 @@
 
 use prost::Message;
 use proto::etcdserverpb::{
-    CompactionResponse, DeleteRangeResponse, InternalRaftRequest, LeaseGrantResponse,
-    LeaseRevokeResponse, PutResponse, RangeRequest, Request, RequestOp, TxnRequest, TxnResponse,
-    request_op,
+    AlarmMember, AlarmResponse, AlarmType, CompactionResponse, DeleteRangeResponse,
+    InternalRaftRequest, LeaseGrantResponse, LeaseRevokeResponse, PutResponse, RangeRequest,
+    Request, RequestOp, TxnRequest, TxnResponse, alarm_request::AlarmAction, request_op,
 };
 use proto::leasepb;
 use proto::mvccpb::{Event, event::EventType};
 use proto::raftpb::Entry;
 
+use super::alarms::Alarms;
 use crate::api::errors::{self, ApiError};
 use crate::apply::kv::{self, LeaseLookup};
 use crate::lease::{Lessor, MAX_LEASE_TTL};
@@ -27,6 +28,7 @@ pub enum Applied {
     Compaction(CompactionResponse),
     LeaseGrant(LeaseGrantResponse),
     LeaseRevoke(LeaseRevokeResponse),
+    Alarm(AlarmResponse),
     /// A request with nothing to return (membership attributes, cluster version).
     Done,
 }
@@ -98,6 +100,7 @@ pub fn apply_normal(
     store: &KvStore,
     e: &Entry,
     lessor: &Lessor,
+    alarms: &Alarms,
     effects: &mut Vec<Effect>,
 ) -> Option<(u64, Outcome)> {
     let leases: &dyn LeaseLookup = lessor;
@@ -149,7 +152,53 @@ pub fn apply_normal(
     // Lease table changes, made once the write txn is in.
     let mut granted = None;
     let mut revoked = None;
-    let result = if let Some(p) = &req.put {
+    // With NOSPACE raised, nothing that grows the db is applied (reads, deletes, compaction
+    // and defrag still are), on every member alike.
+    let grows = req.put.is_some()
+        || req.lease_grant.is_some()
+        || req.txn.as_ref().is_some_and(|t| !kv::is_read_only_txn(t));
+    let result = if grows && alarms.has(AlarmType::Nospace) {
+        Err(errors::NO_SPACE)
+    } else if let Some(a) = &req.alarm {
+        let m = AlarmMember {
+            member_id: a.member_id,
+            alarm: a.alarm,
+        };
+        match AlarmAction::try_from(a.action) {
+            Ok(AlarmAction::Get) => Ok(Applied::Alarm(AlarmResponse {
+                header: None,
+                alarms: alarms
+                    .list()
+                    .into_iter()
+                    .filter(|x| a.alarm == AlarmType::None as i32 || x.alarm == a.alarm)
+                    .collect(),
+            })),
+            Ok(AlarmAction::Activate) => {
+                if a.alarm == AlarmType::None as i32 {
+                    Err(errors::NOT_CAPABLE)
+                } else {
+                    if alarms.activate(&mut w, m) {
+                        tracing::warn!(member = %crate::membership::id_hex(a.member_id), alarm = a.alarm, "alarm raised");
+                    }
+                    Ok(Applied::Alarm(AlarmResponse {
+                        header: None,
+                        alarms: vec![m],
+                    }))
+                }
+            }
+            Ok(AlarmAction::Deactivate) => {
+                let was = alarms.deactivate(&mut w, &m);
+                if was {
+                    tracing::info!(member = %crate::membership::id_hex(a.member_id), alarm = a.alarm, "alarm disarmed");
+                }
+                Ok(Applied::Alarm(AlarmResponse {
+                    header: None,
+                    alarms: if was { vec![m] } else { Vec::new() },
+                }))
+            }
+            Err(_) => Err(errors::NOT_CAPABLE),
+        }
+    } else if let Some(p) = &req.put {
         kv::put(&mut w, p, leases).map(Applied::Put)
     } else if let Some(d) = &req.delete_range {
         kv::delete_range(&mut w, d).map(Applied::DeleteRange)

@@ -1,6 +1,7 @@
 // The etcd server: boots a member from its data dir, runs the raft loop that persists and
 // applies entries, and offers proposals and linearizable reads to the API layer.
 
+pub mod alarms;
 pub mod apply;
 pub mod bootstrap;
 pub mod compactor;
@@ -31,6 +32,7 @@ pub struct Shared {
     pub cluster_id: u64,
     pub kv: Arc<KvStore>,
     pub lessor: Arc<Lessor>,
+    pub alarms: alarms::Alarms,
     pub wait: Wait<Outcome>,
     members: RwLock<Vec<Member>>,
     leader: AtomicU64,
@@ -104,6 +106,7 @@ impl EtcdServer {
             cluster_id: booted.cluster_id,
             kv: booted.kv.clone(),
             lessor: booted.lessor.clone(),
+            alarms: alarms::Alarms::load(&booted.kv),
             wait: Wait::default(),
             members: RwLock::new(booted.members.clone()),
             leader: AtomicU64::new(0),
@@ -155,6 +158,37 @@ impl EtcdServer {
     /// A fresh id for a lease granted without one (positive, unique across restarts).
     pub fn next_lease_id(&self) -> i64 {
         (self.ids.next() & (i64::MAX as u64)) as i64
+    }
+
+    pub fn alarms(&self) -> Vec<proto::etcdserverpb::AlarmMember> {
+        self.shared.alarms.list()
+    }
+
+    /// etcd's quota check before a write that grows the db: when the backend plus this
+    /// request would pass --quota-backend-bytes, raise NOSPACE and refuse the request.
+    pub async fn check_quota(&self, request_bytes: usize) -> Result<(), ApiError> {
+        let size = self.shared.kv.backend().db().size();
+        // Room for the request's pages and bookkeeping, as etcd's cost estimate allows.
+        let cost = request_bytes as u64 + 512;
+        if size + cost <= self.shared.cfg.quota_backend_bytes as u64 {
+            return Ok(());
+        }
+        use proto::etcdserverpb::{AlarmRequest, AlarmType, alarm_request::AlarmAction};
+        tracing::warn!(
+            quota_size_bytes = self.shared.cfg.quota_backend_bytes,
+            current_db_size_bytes = size,
+            "database space exceeded; raising the NOSPACE alarm"
+        );
+        let req = InternalRaftRequest {
+            alarm: Some(AlarmRequest {
+                action: AlarmAction::Activate as i32,
+                member_id: self.shared.member_id,
+                alarm: AlarmType::Nospace as i32,
+            }),
+            ..Default::default()
+        };
+        let _ = self.propose(req).await;
+        Err(errors::NO_SPACE)
     }
 
     pub fn is_leader(&self) -> bool {

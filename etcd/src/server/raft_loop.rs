@@ -265,9 +265,13 @@ impl RaftLoop {
         match EntryType::try_from(e.r#type) {
             Ok(EntryType::EntryNormal) => {
                 let mut effects = Vec::new();
-                if let Some((id, outcome)) =
-                    apply::apply_normal(&self.shared.kv, e, &self.shared.lessor, &mut effects)
-                    && id != 0
+                if let Some((id, outcome)) = apply::apply_normal(
+                    &self.shared.kv,
+                    e,
+                    &self.shared.lessor,
+                    &self.shared.alarms,
+                    &mut effects,
+                ) && id != 0
                 {
                     self.shared.wait.trigger(id, outcome);
                 }

@@ -1,0 +1,67 @@
+// Cluster alarms (NOSPACE, CORRUPT), kept in the backend's `alarm` bucket and changed through
+// raft. While NOSPACE is raised, writes that grow the db are refused until `alarm disarm`.
+
+use std::sync::Mutex;
+
+use prost::Message;
+use proto::etcdserverpb::{AlarmMember, AlarmType};
+
+use crate::mvcc::{KvStore, WriteTxn};
+use common::backend::buckets;
+
+#[derive(Debug, Default)]
+pub struct Alarms {
+    list: Mutex<Vec<AlarmMember>>,
+}
+
+impl Alarms {
+    /// The alarms recorded in the backend.
+    pub fn load(kv: &KvStore) -> Alarms {
+        let rows = kv
+            .backend()
+            .range(buckets::ALARM, &[0], Some(&[0xff; 32]), 0)
+            .unwrap_or_default();
+        let list = rows
+            .into_iter()
+            .filter_map(|(k, _)| AlarmMember::decode(k.as_slice()).ok())
+            .collect();
+        Alarms {
+            list: Mutex::new(list),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<AlarmMember>> {
+        self.list.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn list(&self) -> Vec<AlarmMember> {
+        self.lock().clone()
+    }
+
+    pub fn has(&self, t: AlarmType) -> bool {
+        self.lock().iter().any(|a| a.alarm == t as i32)
+    }
+
+    /// Raises `m` (recorded in `w`'s atomic group); false if it was already raised.
+    pub fn activate(&self, w: &mut WriteTxn<'_>, m: AlarmMember) -> bool {
+        let mut l = self.lock();
+        if l.contains(&m) {
+            return false;
+        }
+        w.put_raw(buckets::ALARM, &m.encode_to_vec(), b"");
+        l.push(m);
+        true
+    }
+
+    /// Clears `m`; false if it was not raised.
+    pub fn deactivate(&self, w: &mut WriteTxn<'_>, m: &AlarmMember) -> bool {
+        let mut l = self.lock();
+        let before = l.len();
+        l.retain(|a| a != m);
+        if l.len() == before {
+            return false;
+        }
+        w.delete_raw(buckets::ALARM, &m.encode_to_vec());
+        true
+    }
+}

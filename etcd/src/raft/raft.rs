@@ -301,7 +301,8 @@ impl<S: Storage> Raft<S> {
         self.reset(term);
         self.leader_id = leader_id;
         self.state = StateRole::Follower;
-        debug!(id = self.id, term, leader_id, "raft: became follower");
+        // etcd's wording: log watchers wait for these lines.
+        info!("{:x} became follower at term {}", self.id, term);
     }
 
     /// Pre-candidates keep their term and vote: only a won pre-vote may change them.
@@ -313,7 +314,7 @@ impl<S: Storage> Raft<S> {
         self.prs.reset_votes();
         self.leader_id = NONE;
         self.state = StateRole::PreCandidate;
-        debug!(id = self.id, term = self.term, "raft: became pre-candidate");
+        info!("{:x} became pre-candidate at term {}", self.id, self.term);
     }
 
     pub fn become_candidate(&mut self) {
@@ -324,7 +325,7 @@ impl<S: Storage> Raft<S> {
         self.reset(self.term + 1);
         self.vote = self.id;
         self.state = StateRole::Candidate;
-        debug!(id = self.id, term = self.term, "raft: became candidate");
+        info!("{:x} became candidate at term {}", self.id, self.term);
     }
 
     pub fn become_leader(&mut self) {
@@ -346,7 +347,7 @@ impl<S: Storage> Raft<S> {
         // An empty entry of the new term lets earlier entries commit (§5.4.2) and makes
         // ReadIndex safe once it commits (§6.4).
         self.append_entry(vec![Entry::default()]);
-        info!(id = self.id, term = self.term, "raft: became leader");
+        info!("{:x} became leader at term {}", self.id, self.term);
     }
 
     // ---- elections -----------------------------------------------------------------------
@@ -387,9 +388,8 @@ impl<S: Storage> Raft<S> {
             return;
         }
         info!(
-            id = self.id,
-            term = self.term,
-            "raft: starting a new election"
+            "{:x} is starting a new election at term {}",
+            self.id, self.term
         );
         self.campaign(kind);
     }

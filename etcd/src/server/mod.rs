@@ -49,10 +49,10 @@ impl Shared {
         self.is_leader.store(is_leader, Ordering::SeqCst);
         if old != leader && leader != 0 {
             tracing::info!(
-                local_member_id = %crate::membership::id_hex(self.member_id),
-                leader = %crate::membership::id_hex(leader),
-                term = self.term.load(Ordering::SeqCst),
-                "raft.node: elected leader"
+                "raft.node: {:x} elected leader {:x} at term {}",
+                self.member_id,
+                leader,
+                self.term.load(Ordering::SeqCst)
             );
         }
     }

@@ -289,6 +289,7 @@ impl RaftLoop {
                         }
                         Effect::ClusterVersion(v) => {
                             tracing::info!(cluster_version = %v, "set initial cluster version");
+                            tracing::info!(cluster_version = %v, "enabled capabilities for version");
                         }
                     }
                 }

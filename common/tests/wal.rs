@@ -1,42 +1,16 @@
 // WAL behaviour through its public API on real files: segment cuts, reopening at snapshot
 // markers, torn tails, corruption in the middle, and kill -9 of a writer mid-save.
 
+mod wal_fixtures;
+
 use std::fs::{self, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use common::wal::{self, RepairOutcome, Wal, WalError, WalOptions};
-use prost::Message;
-use proto::etcdserverpb::Metadata;
 use proto::raftpb::{Entry, HardState};
 use proto::walpb;
-
-fn entry(index: u64, term: u64, len: usize) -> Entry {
-    let mut data = format!("entry-{index}-").into_bytes();
-    data.resize(len.max(data.len()), b'a' + (index % 26) as u8);
-    Entry {
-        term,
-        index,
-        r#type: 0,
-        data: Some(data),
-    }
-}
-
-fn hs(term: u64, commit: u64) -> HardState {
-    HardState {
-        term,
-        vote: 1,
-        commit,
-    }
-}
-
-fn metadata() -> Vec<u8> {
-    Metadata {
-        node_id: 0x8e9e05c52164694d,
-        cluster_id: 0xcdf818194e3a8c32,
-    }
-    .encode_to_vec()
-}
+use wal_fixtures::{entry, hs, metadata, zero};
 
 fn small_segments() -> WalOptions {
     WalOptions {
@@ -53,10 +27,6 @@ fn segments(dir: &Path) -> Vec<PathBuf> {
         .collect();
     v.sort();
     v
-}
-
-fn zero() -> walpb::Snapshot {
-    walpb::Snapshot::default()
 }
 
 #[test]

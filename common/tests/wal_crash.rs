@@ -2,47 +2,16 @@
 // moments; every entry it reported saved must be read back after repair. Its own test binary,
 // because a fork in a parallel test briefly holds other tests' lock files open.
 
+mod wal_fixtures;
+
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::wal::{self, Wal, WalError, WalOptions};
-use prost::Message;
-use proto::etcdserverpb::Metadata;
-use proto::raftpb::{Entry, HardState};
-use proto::walpb;
-
-fn entry(index: u64, term: u64, len: usize) -> Entry {
-    let mut data = format!("entry-{index}-").into_bytes();
-    data.resize(len.max(data.len()), b'a' + (index % 26) as u8);
-    Entry {
-        term,
-        index,
-        r#type: 0,
-        data: Some(data),
-    }
-}
-
-fn hs(term: u64, commit: u64) -> HardState {
-    HardState {
-        term,
-        vote: 1,
-        commit,
-    }
-}
-
-fn metadata() -> Vec<u8> {
-    Metadata {
-        node_id: 1,
-        cluster_id: 2,
-    }
-    .encode_to_vec()
-}
-
-fn zero() -> walpb::Snapshot {
-    walpb::Snapshot::default()
-}
+use proto::raftpb::Entry;
+use wal_fixtures::{entry, hs, metadata, zero};
 
 const CHILD_ENV: &str = "ETCD_RS_WAL_CRASH_CHILD";
 

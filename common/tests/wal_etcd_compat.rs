@@ -66,21 +66,10 @@ fn write_real_etcd_wal(root: &Path) -> (RealEtcd, u64) {
     let lease = u64::from_str_radix(&lease_hex, 16).expect("hex lease id");
     etcd.etcdctl_ok(&["put", "k1", "v1", &format!("--lease={lease_hex}")]);
     etcd.etcdctl_ok(&["del", "foo"]);
-    let txn = std::process::Command::new("etcdctl")
-        .env("ETCDCTL_API", "3")
-        .args(["--endpoints", &etcd.client_url, "txn"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .and_then(|mut c| {
-            use std::io::Write;
-            c.stdin
-                .take()
-                .expect("stdin")
-                .write_all(b"mod(\"k1\") > \"0\"\n\nput k2 v2\nput k3 v3\n\n\n")?;
-            c.wait_with_output()
-        })
-        .expect("run etcdctl txn");
+    let txn = etcd.etcdctl_stdin(
+        &["txn"],
+        "mod(\"k1\") > \"0\"\n\nput k2 v2\nput k3 v3\n\n\n",
+    );
     assert!(txn.status.success(), "etcdctl txn failed");
     etcd.etcdctl_ok(&["compaction", "2"]);
     etcd.stop();

@@ -53,22 +53,7 @@ fn real_etcd_errors_match_our_table() {
     }
 
     // A txn that writes one key twice.
-    let out = std::process::Command::new("etcdctl")
-        .env("ETCDCTL_API", "3")
-        .args(["--endpoints", &etcd.client_url, "txn"])
-        .stdin(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .and_then(|mut c| {
-            use std::io::Write;
-            c.stdin
-                .take()
-                .expect("stdin")
-                .write_all(b"\n\nput a 1\nput a 2\n\n\n")?;
-            c.wait_with_output()
-        })
-        .unwrap();
+    let out = etcd.etcdctl_stdin(&["txn"], "\n\nput a 1\nput a 2\n\n\n");
     let (_, desc) = server_error(&String::from_utf8_lossy(&out.stderr)).unwrap();
     assert_eq!(desc, errors::DUPLICATE_KEY.message);
 }

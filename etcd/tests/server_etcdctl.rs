@@ -5,7 +5,6 @@
 #[path = "../../common/tests/support/mod.rs"]
 mod support;
 
-use std::io::Write;
 use std::process::{Command, Stdio};
 
 use support::RealEtcd;
@@ -15,25 +14,7 @@ const OURS: &str = env!("CARGO_BIN_EXE_etcd");
 /// Runs etcdctl with optional stdin; returns (exit code, stdout, first stderr line that is not
 /// the Go client's retry log).
 fn ctl(e: &RealEtcd, args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
-    let mut c = Command::new("etcdctl")
-        .env("ETCDCTL_API", "3")
-        .arg("--endpoints")
-        .arg(&e.client_url)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run etcdctl");
-    if let Some(input) = stdin {
-        c.stdin
-            .take()
-            .expect("stdin")
-            .write_all(input.as_bytes())
-            .expect("write stdin");
-    }
-    drop(c.stdin.take());
-    let out = c.wait_with_output().expect("wait etcdctl");
+    let out = e.etcdctl_stdin(args, stdin.unwrap_or(""));
     let err = String::from_utf8_lossy(&out.stderr)
         .lines()
         .filter(|l| !l.contains("retry_interceptor"))

@@ -66,21 +66,10 @@ fn real_etcdctl_protobuf_output_decodes_into_our_types() {
 
     // Nested results: a txn whose success branch reads.
     etcd.etcdctl_ok(&["put", "a", "1"]);
-    let out = std::process::Command::new("etcdctl")
-        .env("ETCDCTL_API", "3")
-        .args(["--endpoints", &etcd.client_url, "txn", "-w", "protobuf"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .and_then(|mut c| {
-            use std::io::Write;
-            c.stdin
-                .take()
-                .expect("stdin")
-                .write_all(b"value(\"a\") = \"1\"\n\nget a\nput b 2\n\n\n")?;
-            c.wait_with_output()
-        })
-        .expect("run etcdctl txn");
+    let out = etcd.etcdctl_stdin(
+        &["txn", "-w", "protobuf"],
+        "value(\"a\") = \"1\"\n\nget a\nput b 2\n\n\n",
+    );
     let txn: TxnResponse = decode_same(&out.stdout);
     assert!(txn.succeeded);
     match &txn.responses[0].response {

@@ -138,6 +138,28 @@ impl RealEtcd {
             .expect("run etcdctl")
     }
 
+    /// Runs etcdctl with `input` on its standard input (txn reads its ops from there).
+    pub fn etcdctl_stdin(&self, args: &[&str], input: &str) -> Output {
+        use std::io::Write;
+        require("etcdctl");
+        let mut c = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg("--endpoints")
+            .arg(&self.client_url)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run etcdctl");
+        if let Some(mut stdin) = c.stdin.take() {
+            stdin
+                .write_all(input.as_bytes())
+                .expect("write etcdctl stdin");
+        }
+        c.wait_with_output().expect("wait for etcdctl")
+    }
+
     /// Runs etcdctl and returns stdout, failing the test with stderr when it fails.
     pub fn etcdctl_ok(&self, args: &[&str]) -> String {
         let out = self.etcdctl(args);

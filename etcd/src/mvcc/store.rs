@@ -69,6 +69,33 @@ fn read_u64(v: Option<Vec<u8>>) -> u64 {
         .unwrap_or(0)
 }
 
+/// Keys picked from the index with their state as of the read revision.
+type Picked = Vec<(Vec<u8>, super::KeyAt)>;
+
+/// Validates `at` against the store's revisions and picks the keys of `range` from the
+/// index: (keys with their state, how many keys match in all).
+fn pick(
+    st: &State,
+    range: KeyRange<'_>,
+    at: i64,
+    newest: i64,
+    limit: usize,
+) -> Result<(Picked, usize)> {
+    if at > newest {
+        return Err(MvccError::FutureRev);
+    }
+    if at < st.compact_rev {
+        return Err(MvccError::Compacted);
+    }
+    let picked = st.index.range(range, at, limit);
+    let count = if limit == 0 || picked.len() < limit {
+        picked.len()
+    } else {
+        st.index.count(range, at)
+    };
+    Ok((picked, count))
+}
+
 fn rev_key_upper_bound() -> [u8; 18] {
     [0xff; 18]
 }
@@ -173,18 +200,7 @@ impl KvStore {
         let (cur, at, picked, count) = {
             let st = self.state();
             let at = if rev <= 0 { st.current_rev } else { rev };
-            if at > st.current_rev {
-                return Err(MvccError::FutureRev);
-            }
-            if at < st.compact_rev {
-                return Err(MvccError::Compacted);
-            }
-            let picked = st.index.range(range, at, limit);
-            let count = if limit == 0 || picked.len() < limit {
-                picked.len()
-            } else {
-                st.index.count(range, at)
-            };
+            let (picked, count) = pick(&st, range, at, st.current_rev, limit)?;
             (st.current_rev, at, picked, count)
         };
         let mut kvs = Vec::with_capacity(picked.len());
@@ -410,18 +426,7 @@ impl<'a> WriteTxn<'a> {
         let (at, picked, count) = {
             let st = self.store.state();
             let at = if rev <= 0 { cur } else { rev };
-            if at > cur {
-                return Err(MvccError::FutureRev);
-            }
-            if at < st.compact_rev {
-                return Err(MvccError::Compacted);
-            }
-            let picked = st.index.range(range, at, limit);
-            let count = if limit == 0 || picked.len() < limit {
-                picked.len()
-            } else {
-                st.index.count(range, at)
-            };
+            let (picked, count) = pick(&st, range, at, cur, limit)?;
             (at, picked, count)
         };
         let mut kvs = Vec::with_capacity(picked.len());

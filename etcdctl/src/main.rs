@@ -1,7 +1,133 @@
-// The `etcdctl` binary.
-// Its commands are built by their own issue; until then it says so.
+//! The `etcdctl` binary: parses etcd's command line, runs the command, and exits with etcd's
+//! exit codes and `Error: ...` text.
+
+// Printer methods and client helpers for commands still being added are unused for now.
+#![allow(dead_code)]
+
+mod client;
+mod commands;
+mod error;
+mod global;
+mod gojson;
+mod printer;
+mod util;
+
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::{Parser, Subcommand};
+
+use commands::Ctx;
+use error::{CtlError, EXIT_ERROR};
+use global::GlobalArgs;
+
+/// A simple command line client for etcd3.
+#[derive(Parser, Debug)]
+#[command(
+    name = "etcdctl",
+    disable_version_flag = true,
+    arg_required_else_help = true
+)]
+struct Cli {
+    #[command(flatten)]
+    global: GlobalArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Gets the key or a range of keys
+    Get(commands::get::GetArgs),
+    /// Puts the given key into the store
+    Put(commands::put::PutArgs),
+    /// Removes the specified key or range of keys [key, range_end)
+    Del(commands::del::DelArgs),
+    /// Prints the version of etcdctl
+    Version,
+}
+
+async fn dispatch(ctx: &Ctx, cmd: &Command) -> error::Result<()> {
+    match cmd {
+        Command::Get(a) => commands::get::run(ctx, a).await,
+        Command::Put(a) => commands::put::run(ctx, a).await,
+        Command::Del(a) => commands::del::run(ctx, a).await,
+        Command::Version => commands::version::run(ctx),
+    }
+}
+
+/// Turns clap's error into the one line etcd's pflag/cobra would print.
+fn clap_error_line(e: &clap::Error) -> String {
+    let ctx_str = |k: ContextKind| match e.get(k) {
+        Some(ContextValue::String(s)) => Some(s.clone()),
+        Some(ContextValue::Strings(v)) => v.first().cloned(),
+        _ => None,
+    };
+    match e.kind() {
+        ErrorKind::UnknownArgument => {
+            let arg = ctx_str(ContextKind::InvalidArg).unwrap_or_default();
+            let name = arg.split('=').next().unwrap_or(&arg).to_string();
+            if name.starts_with("--") {
+                format!("unknown flag: {name}")
+            } else {
+                format!(
+                    "unknown shorthand flag: '{}' in {arg}",
+                    name.trim_start_matches('-')
+                )
+            }
+        }
+        ErrorKind::InvalidSubcommand => {
+            let cmd = ctx_str(ContextKind::InvalidSubcommand).unwrap_or_default();
+            format!("unknown command \"{cmd}\" for \"etcdctl\"")
+        }
+        ErrorKind::InvalidValue | ErrorKind::ValueValidation => {
+            let arg = ctx_str(ContextKind::InvalidArg).unwrap_or_default();
+            let flag = arg
+                .split([' ', '=', '['])
+                .next()
+                .unwrap_or(&arg)
+                .to_string();
+            let val = ctx_str(ContextKind::InvalidValue).unwrap_or_default();
+            let why = std::error::Error::source(e)
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| "invalid value".to_string());
+            format!("invalid argument \"{val}\" for \"{flag}\" flag: {why}")
+        }
+        _ => {
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("").trim();
+            first.strip_prefix("error: ").unwrap_or(first).to_string()
+        }
+    }
+}
 
 fn main() {
-    eprintln!("etcdctl: not built yet");
-    std::process::exit(1);
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => match e.kind() {
+            ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+                let _ = e.print();
+                std::process::exit(0);
+            }
+            _ => {
+                eprintln!("Error: {}", clap_error_line(&e));
+                std::process::exit(EXIT_ERROR);
+            }
+        },
+    };
+    let result = run(cli);
+    if let Err(e) = result {
+        eprintln!("Error: {e}");
+        std::process::exit(e.exit_code());
+    }
+}
+
+fn run(cli: Cli) -> error::Result<()> {
+    let ctx = Ctx::new(cli.global)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| CtlError::other(format!("cannot start the runtime: {e}")))?;
+    rt.block_on(dispatch(&ctx, &cli.command))
 }

@@ -1,0 +1,59 @@
+//! `-w table`: bordered tables for people, drawn with comfy-table in the shape etcd's tables
+//! have (header centred, cells right-aligned); only list-like responses have a table.
+
+use std::io::Write;
+
+use comfy_table::{Cell, CellAlignment, ContentArrangement, Table};
+use proto::etcdserverpb as pb;
+
+use super::{
+    EpHashKv, EpHealth, EpStatus, Printer, Rows, endpoint_hashkv_rows, endpoint_health_rows,
+    endpoint_status_rows, member_list_rows,
+};
+use crate::error::Result;
+
+pub struct TablePrinter;
+
+/// Borders and the header rule only, no rule between rows: "+---+" lines as etcd draws them.
+const ETCD_STYLE: &str = "||--+-++|    ++++++";
+
+fn render(w: &mut dyn Write, rows: Rows) -> Result<()> {
+    let mut t = Table::new();
+    t.load_preset(ETCD_STYLE)
+        .set_content_arrangement(ContentArrangement::Disabled)
+        .set_header(
+            rows.header
+                .iter()
+                .map(|h| Cell::new(h).set_alignment(CellAlignment::Center)),
+        );
+    for r in rows.rows {
+        t.add_row(
+            r.into_iter()
+                .map(|c| Cell::new(c).set_alignment(CellAlignment::Right)),
+        );
+    }
+    writeln!(w, "{t}")?;
+    Ok(())
+}
+
+impl Printer for TablePrinter {
+    fn name(&self) -> &'static str {
+        "table"
+    }
+
+    fn member_list(&self, w: &mut dyn Write, r: &pb::MemberListResponse) -> Result<()> {
+        render(w, member_list_rows(r))
+    }
+
+    fn endpoint_health(&self, w: &mut dyn Write, r: &[EpHealth]) -> Result<()> {
+        render(w, endpoint_health_rows(r))
+    }
+
+    fn endpoint_status(&self, w: &mut dyn Write, r: &[EpStatus]) -> Result<()> {
+        render(w, endpoint_status_rows(r))
+    }
+
+    fn endpoint_hashkv(&self, w: &mut dyn Write, r: &[EpHashKv]) -> Result<()> {
+        render(w, endpoint_hashkv_rows(r))
+    }
+}

@@ -1,0 +1,406 @@
+// The comparison harness behind compat.rs: runs the same steps with the real Go etcdctl on one
+// server and with ours on a twin server fed the same history, then compares what they print.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use crate::support::RealEtcd;
+
+/// Path of our etcdctl binary, built by cargo for the integration tests.
+pub const OURS: &str = env!("CARGO_BIN_EXE_etcdctl");
+
+/// Which client a run uses.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Client {
+    /// Debian's Go etcdctl 3.4, the oracle.
+    Go,
+    /// This crate's binary.
+    Ours,
+}
+
+/// One server under test. Today both twins are real etcd 3.4 processes; when our server
+/// exists, `Twin::start` can start it in place of the second one (or of both) and the same
+/// tables run unchanged.
+pub struct Server {
+    pub etcd: RealEtcd,
+    pub cluster_id: u64,
+    pub member_id: u64,
+    /// Leases granted on this server, named by the step that captured them.
+    pub leases: HashMap<&'static str, i64>,
+}
+
+impl Server {
+    pub fn start(dir: &Path, name: &str) -> Server {
+        let etcd = RealEtcd::start(&dir.join(name), "default");
+        let out = etcd.etcdctl_ok(&["endpoint", "status", "-w", "json"]);
+        let v: serde_json::Value = serde_json::from_str(&out).expect("status json");
+        let hdr = &v[0]["Status"]["header"];
+        Server {
+            cluster_id: hdr["cluster_id"].as_u64().expect("cluster_id"),
+            member_id: hdr["member_id"].as_u64().expect("member_id"),
+            etcd,
+            leases: HashMap::new(),
+        }
+    }
+
+    pub fn url(&self) -> &str {
+        &self.etcd.client_url
+    }
+
+    /// Replaces what must differ between twin servers with placeholders:
+    /// - cluster and member IDs (derived from each server's own peer URL), decimal and hex;
+    /// - client and peer URLs (each server has its own free ports);
+    /// - lease IDs (derived from the member ID and the clock), decimal and hex.
+    pub fn normalise(&self, s: &str) -> String {
+        let mut s = s.to_string();
+        s = s.replace(&self.etcd.client_url, "<CLIENT_URL>");
+        s = s.replace(&self.etcd.peer_url, "<PEER_URL>");
+        for (id, name) in [
+            (self.cluster_id, "<CLUSTER_ID>"),
+            (self.member_id, "<MEMBER_ID>"),
+        ] {
+            s = s.replace(&id.to_string(), name);
+            s = s.replace(&format!("{id:016x}"), name);
+            s = s.replace(&format!("{id:x}"), name);
+        }
+        for (n, id) in &self.leases {
+            let name = format!("<LEASE_{n}>");
+            s = s.replace(&id.to_string(), &name);
+            s = s.replace(&format!("{id:016x}"), &name);
+            s = s.replace(&format!("{id:x}"), &name);
+        }
+        normalise_durations(&s)
+    }
+}
+
+/// Durations measured by the client ("took = 1.2ms") differ from run to run.
+pub fn normalise_durations(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let units = ["ns", "µs", "ms", "s", "m", "h"];
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < s.len() {
+        // A duration starts with a digit that does not follow an alphanumeric character.
+        let starts = b[i].is_ascii_digit()
+            && (i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'.'));
+        if starts {
+            let mut j = i;
+            let mut saw_unit = false;
+            loop {
+                let k = j + s[j..]
+                    .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+                    .unwrap_or(s.len() - j);
+                if k == j {
+                    break;
+                }
+                let rest = &s[k..];
+                let unit = units
+                    .iter()
+                    .filter(|u| rest.starts_with(**u))
+                    .max_by_key(|u| u.len());
+                match unit {
+                    Some(u) => {
+                        j = k + u.len();
+                        saw_unit = true;
+                    }
+                    None => break,
+                }
+                if !s[j..].starts_with(|c: char| c.is_ascii_digit()) {
+                    break;
+                }
+            }
+            let end_ok = j >= s.len() || !s.as_bytes()[j].is_ascii_alphanumeric();
+            if saw_unit && end_ok {
+                out.push_str("<DURATION>");
+                i = j;
+                continue;
+            }
+        }
+        let c = s[i..].chars().next().unwrap_or(' ');
+        out.push(c);
+        i += c.len_utf8();
+    }
+    out
+}
+
+/// What one step prints.
+#[derive(Debug, PartialEq)]
+pub struct Seen {
+    pub code: Option<i32>,
+    pub stdout: String,
+    /// The first line of stderr, without the Go client's JSON log lines.
+    pub stderr_first: String,
+}
+
+/// How strictly a step's outputs are compared.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Cmp {
+    /// stdout, exit code and the first stderr line.
+    Full,
+    /// Exit code and the first stderr line only: for errors where etcd's Go client also
+    /// prints its whole usage text to stdout, which we do not reproduce.
+    ErrorOnly,
+    /// Exit code only (the error text differs; see the step's comment).
+    CodeOnly,
+}
+
+/// One row of a table.
+pub struct Step {
+    pub args: &'static [&'static str],
+    pub stdin: Option<&'static str>,
+    pub cmp: Cmp,
+    /// When set, the step's output holds a new lease ID to remember under this name; later
+    /// steps write `{name}` in their args for it.
+    pub capture_lease: Option<&'static str>,
+}
+
+pub const fn step(args: &'static [&'static str]) -> Step {
+    Step {
+        args,
+        stdin: None,
+        cmp: Cmp::Full,
+        capture_lease: None,
+    }
+}
+
+pub const fn err(args: &'static [&'static str]) -> Step {
+    Step {
+        args,
+        stdin: None,
+        cmp: Cmp::ErrorOnly,
+        capture_lease: None,
+    }
+}
+
+pub const fn code(args: &'static [&'static str]) -> Step {
+    Step {
+        args,
+        stdin: None,
+        cmp: Cmp::CodeOnly,
+        capture_lease: None,
+    }
+}
+
+pub const fn input(args: &'static [&'static str], stdin: &'static str) -> Step {
+    Step {
+        args,
+        stdin: Some(stdin),
+        cmp: Cmp::Full,
+        capture_lease: None,
+    }
+}
+
+pub const fn lease(args: &'static [&'static str], name: &'static str) -> Step {
+    Step {
+        args,
+        stdin: None,
+        cmp: Cmp::Full,
+        capture_lease: Some(name),
+    }
+}
+
+/// Runs a client binary against a server with the given args and stdin.
+pub fn run_client(client: Client, url: &str, args: &[String], stdin: Option<&str>) -> Output {
+    let bin = match client {
+        Client::Go => "etcdctl",
+        Client::Ours => OURS,
+    };
+    let mut cmd = Command::new(bin);
+    cmd.env("ETCDCTL_API", "3")
+        .env_remove("ETCDCTL_ENDPOINTS")
+        .env_remove("ETCDCTL_WRITE_OUT")
+        .arg(format!("--endpoints={url}"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {bin}: {e}"));
+    {
+        let mut sin = child.stdin.take().expect("stdin");
+        if let Some(s) = stdin {
+            let _ = sin.write_all(s.as_bytes());
+        }
+    }
+    child.wait_with_output().expect("wait client")
+}
+
+pub fn seen(out: &Output) -> Seen {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let first = stderr
+        .lines()
+        .find(|l| !l.starts_with("{\"level\""))
+        .unwrap_or("")
+        .to_string();
+    Seen {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr_first: first,
+    }
+}
+
+fn find_lease(out: &str) -> Option<i64> {
+    let rest = out.split("lease ").nth(1)?;
+    let hex = rest.split_whitespace().next()?;
+    i64::from_str_radix(hex, 16).ok()
+}
+
+/// Two servers with the same history: `go` is driven by the Go etcdctl, `ours` by ours.
+pub struct Twin {
+    pub dir: tempfile::TempDir,
+    pub go: Server,
+    pub ours: Server,
+}
+
+impl Twin {
+    pub fn start() -> Twin {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let go = Server::start(dir.path(), "go");
+        let ours = Server::start(dir.path(), "ours");
+        Twin { dir, go, ours }
+    }
+
+    fn args_for(server: &Server, args: &[&str]) -> Vec<String> {
+        args.iter()
+            .map(|a| {
+                let mut a = a.to_string();
+                for (n, id) in &server.leases {
+                    a = a.replace(&format!("{{{n}}}"), &format!("{id:x}"));
+                }
+                a
+            })
+            .collect()
+    }
+
+    /// Runs every step on both twins and returns the differences, one message per step.
+    pub fn run_table(&mut self, steps: &[Step]) -> Vec<String> {
+        let mut failures = Vec::new();
+        for s in steps {
+            let go_out = run_client(
+                Client::Go,
+                self.go.url(),
+                &Self::args_for(&self.go, s.args),
+                s.stdin,
+            );
+            let our_out = run_client(
+                Client::Ours,
+                self.ours.url(),
+                &Self::args_for(&self.ours, s.args),
+                s.stdin,
+            );
+            if let Some(name) = s.capture_lease {
+                if let Some(id) = find_lease(&String::from_utf8_lossy(&go_out.stdout)) {
+                    self.go.leases.insert(name, id);
+                }
+                if let Some(id) = find_lease(&String::from_utf8_lossy(&our_out.stdout)) {
+                    self.ours.leases.insert(name, id);
+                }
+            }
+            let protobuf = s.args.windows(2).any(|w| w == ["-w", "protobuf"]);
+            let (go_out, our_out) = if protobuf {
+                (normalise_protobuf(go_out), normalise_protobuf(our_out))
+            } else {
+                (go_out, our_out)
+            };
+            let mut a = seen(&go_out);
+            let mut b = seen(&our_out);
+            a.stdout = self.go.normalise(&a.stdout);
+            a.stderr_first = self.go.normalise(&a.stderr_first);
+            b.stdout = self.ours.normalise(&b.stdout);
+            b.stderr_first = self.ours.normalise(&b.stderr_first);
+            let same = match s.cmp {
+                Cmp::Full => a == b,
+                Cmp::ErrorOnly => a.code == b.code && a.stderr_first == b.stderr_first,
+                Cmp::CodeOnly => a.code == b.code,
+            };
+            if !same {
+                failures.push(format!(
+                    "step {:?} (stdin {:?}):\n  go:   {:?}\n  ours: {:?}",
+                    s.args, s.stdin, a, b
+                ));
+            }
+        }
+        failures
+    }
+}
+
+/// Fails the test with every difference at once, so one run shows the whole picture.
+pub fn assert_no_failures(failures: Vec<String>) {
+    assert!(
+        failures.is_empty(),
+        "{} differences:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// Waits a little, for steps that need the server to settle (lease expiry etc.).
+pub fn pause(ms: u64) {
+    std::thread::sleep(Duration::from_millis(ms));
+}
+
+/// `-w protobuf` output holds the server's IDs as varints inside the header (field 1), where
+/// text replacement cannot reach them: decode that header, zero the IDs, and re-encode.
+pub fn normalise_protobuf(mut out: Output) -> Output {
+    use prost::Message;
+    let b = out.stdout.clone();
+    let mut res = Vec::new();
+    let mut i = 0;
+    let varint = |b: &[u8], i: &mut usize| -> Option<u64> {
+        let mut v = 0u64;
+        let mut shift = 0;
+        loop {
+            let x = *b.get(*i)?;
+            *i += 1;
+            v |= u64::from(x & 0x7f) << shift;
+            if x & 0x80 == 0 {
+                return Some(v);
+            }
+            shift += 7;
+        }
+    };
+    while i < b.len() {
+        let start = i;
+        let Some(tag) = varint(&b, &mut i) else {
+            return out;
+        };
+        let (field, wt) = (tag >> 3, tag & 7);
+        match wt {
+            0 => {
+                if varint(&b, &mut i).is_none() {
+                    return out;
+                }
+                res.extend_from_slice(&b[start..i]);
+            }
+            2 => {
+                let Some(len) = varint(&b, &mut i) else {
+                    return out;
+                };
+                let end = i + len as usize;
+                if end > b.len() {
+                    return out;
+                }
+                if field == 1
+                    && let Ok(mut h) = proto::etcdserverpb::ResponseHeader::decode(&b[i..end])
+                {
+                    h.cluster_id = 0;
+                    h.member_id = 0;
+                    let enc = h.encode_to_vec();
+                    res.push(0x0a);
+                    prost::encoding::encode_varint(enc.len() as u64, &mut res);
+                    res.extend_from_slice(&enc);
+                    i = end;
+                    continue;
+                }
+                res.extend_from_slice(&b[start..end]);
+                i = end;
+            }
+            _ => return out,
+        }
+    }
+    out.stdout = res;
+    out
+}

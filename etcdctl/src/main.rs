@@ -41,6 +41,25 @@ enum Command {
     Put(commands::put::PutArgs),
     /// Removes the specified key or range of keys [key, range_end)
     Del(commands::del::DelArgs),
+    /// Compacts the event history in etcd
+    Compaction(commands::compaction::CompactionArgs),
+    /// Lease related commands
+    #[command(subcommand)]
+    Lease(commands::lease::LeaseCmd),
+    /// Membership related commands
+    #[command(subcommand)]
+    Member(commands::member::MemberCmd),
+    /// Endpoint related commands
+    #[command(subcommand)]
+    Endpoint(commands::endpoint::EndpointCmd),
+    /// Alarm related commands
+    #[command(subcommand)]
+    Alarm(commands::alarm::AlarmCmd),
+    /// Defragments the storage of the etcd members with given endpoints
+    Defrag(commands::defrag::DefragArgs),
+    /// Transfers leadership to another etcd cluster member.
+    #[command(name = "move-leader")]
+    MoveLeader(commands::move_leader::MoveLeaderArgs),
     /// Prints the version of etcdctl
     Version,
 }
@@ -50,6 +69,13 @@ async fn dispatch(ctx: &Ctx, cmd: &Command) -> error::Result<()> {
         Command::Get(a) => commands::get::run(ctx, a).await,
         Command::Put(a) => commands::put::run(ctx, a).await,
         Command::Del(a) => commands::del::run(ctx, a).await,
+        Command::Compaction(a) => commands::compaction::run(ctx, a).await,
+        Command::Lease(c) => commands::lease::run(ctx, c).await,
+        Command::Member(c) => commands::member::run(ctx, c).await,
+        Command::Endpoint(c) => commands::endpoint::run(ctx, c).await,
+        Command::Alarm(c) => commands::alarm::run(ctx, c).await,
+        Command::Defrag(a) => commands::defrag::run(ctx, a).await,
+        Command::MoveLeader(a) => commands::move_leader::run(ctx, a).await,
         Command::Version => commands::version::run(ctx),
     }
 }

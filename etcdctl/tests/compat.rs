@@ -114,3 +114,154 @@ fn kv_commands_match_etcdctl() {
     ];
     assert_no_failures(t.run_table(&steps));
 }
+
+/// Remaining TTLs tick on each server's clock; these marks hide them (see `Step::mask`).
+const TTL_MARKS: &[&str] = &[
+    "remaining(",
+    "\"ttl\":",
+    "\"TTL\" : ",
+    "keepalived with TTL(",
+];
+
+/// Lease commands: grant, timetolive, list, keep-alive --once, revoke, and their errors.
+#[test]
+fn lease_commands_match_etcdctl() {
+    let mut t = Twin::start();
+    let steps = [
+        capture(&["lease", "grant", "1000"], "L1"),
+        capture(&["lease", "grant", "2000", "-w", "json"], "L2"),
+        capture(&["lease", "grant", "3000", "-w", "fields"], "L3"),
+        step(&["put", "lk", "lv", "--lease={L1}"]),
+        masked(&["lease", "timetolive", "{L1}"], TTL_MARKS),
+        masked(&["lease", "timetolive", "{L1}", "--keys"], TTL_MARKS),
+        masked(
+            &["lease", "timetolive", "{L1}", "--keys", "-w", "json"],
+            TTL_MARKS,
+        ),
+        masked(&["lease", "timetolive", "{L2}", "-w", "json"], TTL_MARKS),
+        masked(
+            &["lease", "timetolive", "{L1}", "--keys", "-w", "fields"],
+            TTL_MARKS,
+        ),
+        // The server keeps a lease's keys in a hash map: one key keeps the order fixed.
+        step(&["lease", "timetolive", "1234"]),
+        step(&["lease", "timetolive", "1234", "-w", "json"]),
+        step(&["lease", "list"]),
+        step(&["lease", "list", "-w", "json"]),
+        step(&["lease", "list", "-w", "fields"]),
+        masked(&["lease", "keep-alive", "--once", "{L1}"], TTL_MARKS),
+        masked(
+            &["lease", "keep-alive", "--once", "{L1}", "-w", "json"],
+            TTL_MARKS,
+        ),
+        masked(
+            &["lease", "keep-alive", "--once", "{L1}", "-w", "fields"],
+            TTL_MARKS,
+        ),
+        err(&["lease", "keep-alive", "--once", "1234"]),
+        step(&["lease", "keep-alive", "1234"]),
+        step(&["lease", "revoke", "{L2}"]),
+        step(&["lease", "revoke", "{L3}", "-w", "json"]),
+        step(&["lease", "revoke", "{L1}", "-w", "fields"]),
+        step(&["get", "lk", "--prefix"]),
+        err(&["lease", "revoke", "1234"]),
+        err(&["lease", "grant"]),
+        err(&["lease", "grant", "abc"]),
+        err(&["lease", "revoke"]),
+        err(&["lease", "revoke", "zz"]),
+        err(&["lease", "timetolive"]),
+        err(&["lease", "timetolive", "zz"]),
+        err(&["lease", "keep-alive"]),
+        // etcd grants the lease before failing to print it.
+        err(&["lease", "grant", "-w", "table", "10"]),
+    ];
+    assert_no_failures(t.run_table(&steps));
+}
+
+/// Cluster and maintenance commands: member, endpoint, alarm, defrag, compaction,
+/// move-leader. New members are learners so that the one-member cluster keeps its quorum.
+#[test]
+fn cluster_and_maintenance_commands_match_etcdctl() {
+    let mut t = Twin::start();
+    let steps = [
+        step(&["put", "a", "1"]),
+        step(&["put", "a", "2"]),
+        step(&["put", "b", "3"]),
+        step(&["member", "list"]),
+        step(&["member", "list", "-w", "json"]),
+        step(&["member", "list", "-w", "fields"]),
+        step(&["member", "list", "-w", "table"]),
+        // Member IDs sit inside the protobuf as varints of varying length: exit code only.
+        code(&["member", "list", "-w", "protobuf"]),
+        Step {
+            cmp: Cmp::Unordered,
+            ..capture(
+                &[
+                    "member",
+                    "add",
+                    "m2",
+                    "--peer-urls=http://127.0.0.1:1",
+                    "--learner",
+                ],
+                "M2",
+            )
+        },
+        anyorder(&["member", "list"]),
+        anyorder(&["member", "list", "-w", "table"]),
+        anyorder(&["member", "list", "-w", "json"]),
+        err(&["member", "promote", "{M2}"]),
+        step(&["member", "update", "{M2}", "--peer-urls=http://127.0.0.1:2"]),
+        anyorder(&[
+            "member",
+            "update",
+            "{M2}",
+            "--peer-urls=http://127.0.0.1:3",
+            "-w",
+            "json",
+        ]),
+        err(&[
+            "member",
+            "update",
+            "{M2}",
+            "--peer-urls=http://127.0.0.1:4",
+            "-w",
+            "fields",
+        ]),
+        step(&["member", "remove", "{M2}"]),
+        err(&["member", "remove", "{M2}"]),
+        err(&["member", "add"]),
+        err(&["member", "add", "m3"]),
+        err(&["member", "remove"]),
+        err(&["member", "remove", "zz"]),
+        err(&["member", "update", "1234"]),
+        step(&["endpoint", "health"]),
+        step(&["endpoint", "health", "-w", "json"]),
+        step(&["endpoint", "health", "-w", "fields"]),
+        step(&["endpoint", "health", "-w", "table"]),
+        step(&["endpoint", "health", "--cluster"]),
+        step(&["endpoint", "hashkv"]),
+        step(&["endpoint", "hashkv", "-w", "json"]),
+        step(&["endpoint", "hashkv", "-w", "fields"]),
+        step(&["endpoint", "hashkv", "-w", "table"]),
+        step(&["endpoint", "hashkv", "--rev=3"]),
+        step(&["alarm", "list"]),
+        step(&["alarm", "list", "-w", "json"]),
+        step(&["alarm", "disarm"]),
+        step(&["alarm", "disarm", "-w", "json"]),
+        err(&["alarm", "list", "-w", "table"]),
+        step(&["compaction", "2"]),
+        step(&["compaction", "--physical", "3", "-w", "json"]),
+        err(&["compaction", "2"]),
+        err(&["compaction", "100000"]),
+        err(&["compaction", "x"]),
+        err(&["compaction"]),
+        err(&["endpoint", "hashkv", "--rev=1"]),
+        step(&["defrag"]),
+        step(&["defrag", "--cluster", "-w", "json"]),
+        err(&["move-leader"]),
+        err(&["move-leader", "1234"]),
+        err(&["move-leader", "zz"]),
+        step(&["get", "a", "-w", "json"]),
+    ];
+    assert_no_failures(t.run_table(&steps));
+}

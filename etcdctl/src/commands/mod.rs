@@ -1,8 +1,15 @@
 //! The command tree: one module per command or command group, and the context each run gets
 //! (global flags, the chosen printer, and a way to reach the cluster).
 
+pub mod alarm;
+pub mod compaction;
+pub mod defrag;
 pub mod del;
+pub mod endpoint;
 pub mod get;
+pub mod lease;
+pub mod member;
+pub mod move_leader;
 pub mod put;
 pub mod version;
 

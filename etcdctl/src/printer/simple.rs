@@ -225,16 +225,16 @@ impl Printer for SimplePrinter {
     }
 
     fn endpoint_health(&self, w: &mut dyn Write, r: &[EpHealth]) -> Result<()> {
+        // etcd's simple format reports health on stderr, healthy or not.
+        let _ = w;
         for h in r {
             if h.health {
-                writeln!(
-                    w,
+                eprintln!(
                     "{} is healthy: successfully committed proposal: took = {}",
                     h.endpoint,
                     format_go_duration(h.took)
-                )?;
+                );
             } else {
-                // etcd prints unhealthy endpoints on stderr.
                 eprintln!(
                     "{} is unhealthy: failed to commit proposal: {}",
                     h.endpoint, h.error

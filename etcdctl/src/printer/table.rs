@@ -17,14 +17,38 @@ pub struct TablePrinter;
 /// Borders and the header rule only, no rule between rows: "+---+" lines as etcd draws them.
 const ETCD_STYLE: &str = "||--+-++|    ++++++";
 
+/// Centres a header in its column with the odd space on the right, where etcd's tables put
+/// it (comfy-table's own centring puts it on the left).
+fn centred(h: &str, width: usize) -> String {
+    let len = h.chars().count();
+    let gap = width.saturating_sub(len);
+    let left = gap / 2;
+    format!("{}{}{}", " ".repeat(left), h, " ".repeat(gap - left))
+}
+
 fn render(w: &mut dyn Write, rows: Rows) -> Result<()> {
+    let widths: Vec<usize> = rows
+        .header
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            rows.rows
+                .iter()
+                .filter_map(|r| r.get(i))
+                .map(|c| c.chars().count())
+                .chain(std::iter::once(h.chars().count()))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
     let mut t = Table::new();
     t.load_preset(ETCD_STYLE)
         .set_content_arrangement(ContentArrangement::Disabled)
         .set_header(
             rows.header
                 .iter()
-                .map(|h| Cell::new(h).set_alignment(CellAlignment::Center)),
+                .zip(&widths)
+                .map(|(h, wd)| Cell::new(centred(h, *wd)).set_alignment(CellAlignment::Left)),
         );
     for r in rows.rows {
         t.add_row(

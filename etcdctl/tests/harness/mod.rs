@@ -29,8 +29,8 @@ pub struct Server {
     pub etcd: RealEtcd,
     pub cluster_id: u64,
     pub member_id: u64,
-    /// Leases granted on this server, named by the step that captured them.
-    pub leases: HashMap<&'static str, i64>,
+    /// Lease and member IDs created on this server, named by the step that captured them.
+    pub ids: HashMap<&'static str, u64>,
 }
 
 impl Server {
@@ -43,7 +43,7 @@ impl Server {
             cluster_id: hdr["cluster_id"].as_u64().expect("cluster_id"),
             member_id: hdr["member_id"].as_u64().expect("member_id"),
             etcd,
-            leases: HashMap::new(),
+            ids: HashMap::new(),
         }
     }
 
@@ -54,7 +54,8 @@ impl Server {
     /// Replaces what must differ between twin servers with placeholders:
     /// - cluster and member IDs (derived from each server's own peer URL), decimal and hex;
     /// - client and peer URLs (each server has its own free ports);
-    /// - lease IDs (derived from the member ID and the clock), decimal and hex.
+    /// - lease and member IDs created by the steps (derived from the member ID, the clock or
+    ///   random numbers), decimal and hex.
     pub fn normalise(&self, s: &str) -> String {
         let mut s = s.to_string();
         s = s.replace(&self.etcd.client_url, "<CLIENT_URL>");
@@ -67,8 +68,8 @@ impl Server {
             s = s.replace(&format!("{id:016x}"), name);
             s = s.replace(&format!("{id:x}"), name);
         }
-        for (n, id) in &self.leases {
-            let name = format!("<LEASE_{n}>");
+        for (n, id) in &self.ids {
+            let name = format!("<ID_{n}>");
             s = s.replace(&id.to_string(), &name);
             s = s.replace(&format!("{id:016x}"), &name);
             s = s.replace(&format!("{id:x}"), &name);
@@ -146,6 +147,66 @@ pub enum Cmp {
     ErrorOnly,
     /// Exit code only (the error text differs; see the step's comment).
     CodeOnly,
+    /// Like Full, but the order of lines, of JSON array items and of the names in
+    /// ETCD_INITIAL_CLUSTER does not matter: the server lists members by their random IDs,
+    /// so twin servers list the same members in different orders.
+    Unordered,
+}
+
+/// The order-free form of an output, for `Cmp::Unordered`.
+pub fn unordered(s: &str) -> String {
+    fn sort_json(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Array(items) => {
+                items.iter_mut().for_each(sort_json);
+                items.sort_by_key(|x| x.to_string());
+            }
+            serde_json::Value::Object(m) => m.values_mut().for_each(sort_json),
+            _ => {}
+        }
+    }
+    // Placeholders stand where JSON numbers were: quote them so the text parses.
+    let mut quoted = String::new();
+    let mut rest = s;
+    while let Some(i) = rest.find('<') {
+        let close = rest[i..].find('>').map(|j| i + j);
+        let name_ok = close.is_some_and(|c| {
+            rest[i + 1..c]
+                .chars()
+                .all(|ch| ch.is_ascii_uppercase() || ch.is_ascii_digit() || ch == '_')
+        });
+        match close {
+            Some(c) if name_ok && !rest[..i].ends_with('"') => {
+                quoted.push_str(&rest[..i]);
+                quoted.push('"');
+                quoted.push_str(&rest[i..=c]);
+                quoted.push('"');
+                rest = &rest[c + 1..];
+            }
+            _ => {
+                quoted.push_str(&rest[..=i]);
+                rest = &rest[i + 1..];
+            }
+        }
+    }
+    quoted.push_str(rest);
+    if let Ok(mut v) = serde_json::from_str::<serde_json::Value>(&quoted) {
+        sort_json(&mut v);
+        return v.to_string();
+    }
+    let mut lines: Vec<String> = s
+        .lines()
+        .map(|l| match l.strip_prefix("ETCD_INITIAL_CLUSTER=") {
+            Some(rest) => {
+                let mut names: Vec<&str> = rest.trim_matches('"').split(',').collect();
+                names.sort();
+                format!("ETCD_INITIAL_CLUSTER={}", names.join(","))
+            }
+            None => l.to_string(),
+        })
+        .collect();
+    lines.sort();
+    lines.join("\n")
 }
 
 /// One row of a table.
@@ -153,9 +214,12 @@ pub struct Step {
     pub args: &'static [&'static str],
     pub stdin: Option<&'static str>,
     pub cmp: Cmp,
-    /// When set, the step's output holds a new lease ID to remember under this name; later
-    /// steps write `{name}` in their args for it.
-    pub capture_lease: Option<&'static str>,
+    /// When set, the step's output holds a new lease or member ID to remember under this
+    /// name; later steps write `{name}` in their args for it.
+    pub capture: Option<&'static str>,
+    /// Numbers that follow these texts are masked: remaining TTLs tick on each server's own
+    /// clock, so the twins may be a second apart.
+    pub mask: &'static [&'static str],
 }
 
 pub const fn step(args: &'static [&'static str]) -> Step {
@@ -163,7 +227,8 @@ pub const fn step(args: &'static [&'static str]) -> Step {
         args,
         stdin: None,
         cmp: Cmp::Full,
-        capture_lease: None,
+        capture: None,
+        mask: &[],
     }
 }
 
@@ -172,7 +237,8 @@ pub const fn err(args: &'static [&'static str]) -> Step {
         args,
         stdin: None,
         cmp: Cmp::ErrorOnly,
-        capture_lease: None,
+        capture: None,
+        mask: &[],
     }
 }
 
@@ -181,7 +247,8 @@ pub const fn code(args: &'static [&'static str]) -> Step {
         args,
         stdin: None,
         cmp: Cmp::CodeOnly,
-        capture_lease: None,
+        capture: None,
+        mask: &[],
     }
 }
 
@@ -190,16 +257,40 @@ pub const fn input(args: &'static [&'static str], stdin: &'static str) -> Step {
         args,
         stdin: Some(stdin),
         cmp: Cmp::Full,
-        capture_lease: None,
+        capture: None,
+        mask: &[],
     }
 }
 
-pub const fn lease(args: &'static [&'static str], name: &'static str) -> Step {
+pub const fn masked(args: &'static [&'static str], mask: &'static [&'static str]) -> Step {
     Step {
         args,
         stdin: None,
         cmp: Cmp::Full,
-        capture_lease: Some(name),
+        capture: None,
+        mask,
+    }
+}
+
+/// A step compared without regard to the order of members (see `Cmp::Unordered`).
+pub const fn anyorder(args: &'static [&'static str]) -> Step {
+    Step {
+        args,
+        stdin: None,
+        cmp: Cmp::Unordered,
+        capture: None,
+        mask: &[],
+    }
+}
+
+/// A step whose output holds a new ID (lease or member) to remember under `name`.
+pub const fn capture(args: &'static [&'static str], name: &'static str) -> Step {
+    Step {
+        args,
+        stdin: None,
+        cmp: Cmp::Full,
+        capture: Some(name),
+        mask: &[],
     }
 }
 
@@ -242,10 +333,45 @@ pub fn seen(out: &Output) -> Seen {
     }
 }
 
-fn find_lease(out: &str) -> Option<i64> {
-    let rest = out.split("lease ").nth(1)?;
+/// The ID in "lease <hex> granted", "Member <hex> added", `"ID":<dec>` or `"ID" : <dec>`.
+fn find_id(out: &str) -> Option<u64> {
+    for mark in ["\"ID\":", "\"ID\" : "] {
+        if let Some(rest) = out.split(mark).nth(1) {
+            let n = rest
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(rest.len());
+            return rest[..n].parse().ok();
+        }
+    }
+    let rest = out
+        .split("lease ")
+        .nth(1)
+        .or_else(|| out.split("Member ").nth(1))?;
     let hex = rest.split_whitespace().next()?;
-    i64::from_str_radix(hex, 16).ok()
+    u64::from_str_radix(hex, 16).ok()
+}
+
+/// Masks the number following each of `marks`.
+fn mask_numbers(s: &str, marks: &[&str]) -> String {
+    let mut s = s.to_string();
+    for m in marks {
+        let mut out = String::new();
+        let mut rest = s.as_str();
+        while let Some(i) = rest.find(m) {
+            out.push_str(&rest[..i + m.len()]);
+            rest = &rest[i + m.len()..];
+            let n = rest
+                .find(|c: char| !(c.is_ascii_digit() || c == '-'))
+                .unwrap_or(rest.len());
+            if n > 0 {
+                out.push_str("<N>");
+            }
+            rest = &rest[n..];
+        }
+        out.push_str(rest);
+        s = out;
+    }
+    s
 }
 
 /// Two servers with the same history: `go` is driven by the Go etcdctl, `ours` by ours.
@@ -267,7 +393,7 @@ impl Twin {
         args.iter()
             .map(|a| {
                 let mut a = a.to_string();
-                for (n, id) in &server.leases {
+                for (n, id) in &server.ids {
                     a = a.replace(&format!("{{{n}}}"), &format!("{id:x}"));
                 }
                 a
@@ -291,12 +417,12 @@ impl Twin {
                 &Self::args_for(&self.ours, s.args),
                 s.stdin,
             );
-            if let Some(name) = s.capture_lease {
-                if let Some(id) = find_lease(&String::from_utf8_lossy(&go_out.stdout)) {
-                    self.go.leases.insert(name, id);
+            if let Some(name) = s.capture {
+                if let Some(id) = find_id(&String::from_utf8_lossy(&go_out.stdout)) {
+                    self.go.ids.insert(name, id);
                 }
-                if let Some(id) = find_lease(&String::from_utf8_lossy(&our_out.stdout)) {
-                    self.ours.leases.insert(name, id);
+                if let Some(id) = find_id(&String::from_utf8_lossy(&our_out.stdout)) {
+                    self.ours.ids.insert(name, id);
                 }
             }
             let protobuf = s.args.windows(2).any(|w| w == ["-w", "protobuf"]);
@@ -311,10 +437,17 @@ impl Twin {
             a.stderr_first = self.go.normalise(&a.stderr_first);
             b.stdout = self.ours.normalise(&b.stdout);
             b.stderr_first = self.ours.normalise(&b.stderr_first);
+            a.stdout = mask_numbers(&a.stdout, s.mask);
+            b.stdout = mask_numbers(&b.stdout, s.mask);
             let same = match s.cmp {
                 Cmp::Full => a == b,
                 Cmp::ErrorOnly => a.code == b.code && a.stderr_first == b.stderr_first,
                 Cmp::CodeOnly => a.code == b.code,
+                Cmp::Unordered => {
+                    a.code == b.code
+                        && a.stderr_first == b.stderr_first
+                        && unordered(&a.stdout) == unordered(&b.stdout)
+                }
             };
             if !same {
                 failures.push(format!(

@@ -41,6 +41,8 @@ enum Command {
     Put(commands::put::PutArgs),
     /// Removes the specified key or range of keys [key, range_end)
     Del(commands::del::DelArgs),
+    /// Txn processes all the requests in one transaction
+    Txn(commands::txn::TxnArgs),
     /// Compacts the event history in etcd
     Compaction(commands::compaction::CompactionArgs),
     /// Lease related commands
@@ -69,6 +71,7 @@ async fn dispatch(ctx: &Ctx, cmd: &Command) -> error::Result<()> {
         Command::Get(a) => commands::get::run(ctx, a).await,
         Command::Put(a) => commands::put::run(ctx, a).await,
         Command::Del(a) => commands::del::run(ctx, a).await,
+        Command::Txn(a) => commands::txn::run(ctx, a).await,
         Command::Compaction(a) => commands::compaction::run(ctx, a).await,
         Command::Lease(c) => commands::lease::run(ctx, c).await,
         Command::Member(c) => commands::member::run(ctx, c).await,

@@ -265,3 +265,73 @@ fn cluster_and_maintenance_commands_match_etcdctl() {
     ];
     assert_no_failures(t.run_table(&steps));
 }
+
+/// Transactions from stdin, in etcd's grammar, in every format; and malformed input.
+#[test]
+fn txn_matches_etcdctl() {
+    let mut t = Twin::start();
+    const OK_TXN: &str =
+        "value(\"t1\") = \"a\"\n\nput t2 \"x y\"\nget t1\ndel t9\nget t --prefix\n\nput t3 z\n\n";
+    const FAIL_TXN: &str =
+        "value(\"t1\") = \"b\"\n\nput t2 \"x y\"\n\nget t1 --prefix\ndel t2 --prev-kv\n\n";
+    let steps = [
+        step(&["put", "t1", "a"]),
+        input(&["txn"], OK_TXN),
+        input(&["txn", "-w", "json"], OK_TXN),
+        input(&["txn", "-w", "fields"], OK_TXN),
+        input(&["txn", "-w", "protobuf"], OK_TXN),
+        input(&["txn"], FAIL_TXN),
+        input(&["txn", "-w", "json"], FAIL_TXN),
+        input(&["txn", "-i"], OK_TXN),
+        input(&["txn", "--interactive=true"], FAIL_TXN),
+        input(
+            &["txn"],
+            "mod(\"t1\") > \"0\"\nversion(\"t1\") = \"1\"\ncreate(\"t1\") != \"0\"\nmod(\"t1\") < \"1000\"\n\nput t4 \"line\\nx\"\n\n\n",
+        ),
+        step(&["get", "t4", "-w", "json"]),
+        input(&["txn"], "\n\n\n"),
+        input(&["txn", "-w", "json"], "\n\n\n"),
+        Step {
+            cmp: Cmp::ErrorOnly,
+            ..input(&["txn"], "value(\"t1\") = \"a\"\n\nput t6\n\n\n")
+        },
+        Step {
+            cmp: Cmp::ErrorOnly,
+            ..input(&["txn"], "value(\"t1\") = \"a\"\n\nfoo\n\n")
+        },
+        Step {
+            cmp: Cmp::ErrorOnly,
+            ..input(
+                &["txn"],
+                "value(\"t1\") = \"a\"\n\nput t7 v --lease=abc\n\n\n",
+            )
+        },
+        Step {
+            cmp: Cmp::ErrorOnly,
+            ..input(&["txn"], "mod(\"t1\") = \"x\"\n\n\n")
+        },
+        Step {
+            cmp: Cmp::ErrorOnly,
+            ..input(&["txn"], "value(\"t1\") = \"a\"\n\nput t8 v\n")
+        },
+        Step {
+            cmp: Cmp::ErrorOnly,
+            ..input(&["txn"], "")
+        },
+        // etcd's messages for these echo its scanner's partial reads; ours name the line.
+        Step {
+            cmp: Cmp::CodeOnly,
+            ..input(&["txn"], "bogus\n\n\n")
+        },
+        Step {
+            cmp: Cmp::CodeOnly,
+            ..input(&["txn"], "value(\"t1\")\n\n\n")
+        },
+        Step {
+            cmp: Cmp::CodeOnly,
+            ..input(&["txn"], "value(\"t1\") = 'a'\n\n\n")
+        },
+        step(&["get", "t", "--prefix", "-w", "json"]),
+    ];
+    assert_no_failures(t.run_table(&steps));
+}

@@ -11,6 +11,7 @@ pub mod lease;
 pub mod member;
 pub mod move_leader;
 pub mod put;
+pub mod txn;
 pub mod version;
 
 use std::io::Write;

@@ -43,6 +43,8 @@ enum Command {
     Del(commands::del::DelArgs),
     /// Txn processes all the requests in one transaction
     Txn(commands::txn::TxnArgs),
+    /// Watches events stream on keys or prefixes
+    Watch(commands::watch::WatchArgs),
     /// Compacts the event history in etcd
     Compaction(commands::compaction::CompactionArgs),
     /// Lease related commands
@@ -72,6 +74,7 @@ async fn dispatch(ctx: &Ctx, cmd: &Command) -> error::Result<()> {
         Command::Put(a) => commands::put::run(ctx, a).await,
         Command::Del(a) => commands::del::run(ctx, a).await,
         Command::Txn(a) => commands::txn::run(ctx, a).await,
+        Command::Watch(a) => commands::watch::run(ctx, a).await,
         Command::Compaction(a) => commands::compaction::run(ctx, a).await,
         Command::Lease(c) => commands::lease::run(ctx, c).await,
         Command::Member(c) => commands::member::run(ctx, c).await,

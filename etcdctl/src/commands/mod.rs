@@ -13,6 +13,7 @@ pub mod move_leader;
 pub mod put;
 pub mod txn;
 pub mod version;
+pub mod watch;
 
 use std::io::Write;
 

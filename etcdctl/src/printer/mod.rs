@@ -58,7 +58,7 @@ pub struct AuthAck<'a> {
 /// One method per response kind. A format that cannot show a response keeps the default,
 /// which fails as etcd's does: "<format> not supported as output format".
 #[allow(unused_variables)]
-pub trait Printer {
+pub trait Printer: Send + Sync {
     /// The format's name, for the unsupported-format error.
     fn name(&self) -> &'static str;
 

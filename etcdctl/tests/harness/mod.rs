@@ -220,6 +220,9 @@ pub struct Step {
     /// Numbers that follow these texts are masked: remaining TTLs tick on each server's own
     /// clock, so the twins may be a second apart.
     pub mask: &'static [&'static str],
+    /// For commands that never end by themselves (watch, keep-alive): both clients run at
+    /// the same time for this long and are then killed; what they printed is compared.
+    pub stream_ms: Option<u64>,
 }
 
 pub const fn step(args: &'static [&'static str]) -> Step {
@@ -229,6 +232,7 @@ pub const fn step(args: &'static [&'static str]) -> Step {
         cmp: Cmp::Full,
         capture: None,
         mask: &[],
+        stream_ms: None,
     }
 }
 
@@ -239,6 +243,7 @@ pub const fn err(args: &'static [&'static str]) -> Step {
         cmp: Cmp::ErrorOnly,
         capture: None,
         mask: &[],
+        stream_ms: None,
     }
 }
 
@@ -249,6 +254,7 @@ pub const fn code(args: &'static [&'static str]) -> Step {
         cmp: Cmp::CodeOnly,
         capture: None,
         mask: &[],
+        stream_ms: None,
     }
 }
 
@@ -259,6 +265,7 @@ pub const fn input(args: &'static [&'static str], stdin: &'static str) -> Step {
         cmp: Cmp::Full,
         capture: None,
         mask: &[],
+        stream_ms: None,
     }
 }
 
@@ -269,6 +276,7 @@ pub const fn masked(args: &'static [&'static str], mask: &'static [&'static str]
         cmp: Cmp::Full,
         capture: None,
         mask,
+        stream_ms: None,
     }
 }
 
@@ -280,6 +288,7 @@ pub const fn anyorder(args: &'static [&'static str]) -> Step {
         cmp: Cmp::Unordered,
         capture: None,
         mask: &[],
+        stream_ms: None,
     }
 }
 
@@ -291,11 +300,52 @@ pub const fn capture(args: &'static [&'static str], name: &'static str) -> Step 
         cmp: Cmp::Full,
         capture: Some(name),
         mask: &[],
+        stream_ms: None,
+    }
+}
+
+/// A step for a command that streams until killed (see `Step::stream_ms`).
+pub const fn stream(args: &'static [&'static str], ms: u64) -> Step {
+    Step {
+        args,
+        stdin: None,
+        cmp: Cmp::Full,
+        capture: None,
+        mask: &[],
+        stream_ms: Some(ms),
     }
 }
 
 /// Runs a client binary against a server with the given args and stdin.
 pub fn run_client(client: Client, url: &str, args: &[String], stdin: Option<&str>) -> Output {
+    let child = spawn_client(client, url, args, stdin);
+    // A client that does not end by itself must not hang the suite: kill it after 30s
+    // (its exit code is then None, which no expected outcome has). Output is read by the
+    // waiting thread meanwhile, so a full pipe cannot stall the client.
+    let pid = child.id() as i32;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(Duration::from_secs(30)) {
+        Ok(out) => out.expect("wait client"),
+        Err(_) => {
+            // Safety: signalling the client process this harness started.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+            rx.recv().expect("client thread").expect("wait client")
+        }
+    }
+}
+
+/// Starts a client binary; its stdin gets `stdin` and is then closed.
+pub fn spawn_client(
+    client: Client,
+    url: &str,
+    args: &[String],
+    stdin: Option<&str>,
+) -> std::process::Child {
     let bin = match client {
         Client::Go => "etcdctl",
         Client::Ours => OURS,
@@ -316,7 +366,7 @@ pub fn run_client(client: Client, url: &str, args: &[String], stdin: Option<&str
             let _ = sin.write_all(s.as_bytes());
         }
     }
-    child.wait_with_output().expect("wait client")
+    child
 }
 
 pub fn seen(out: &Output) -> Seen {
@@ -405,18 +455,41 @@ impl Twin {
     pub fn run_table(&mut self, steps: &[Step]) -> Vec<String> {
         let mut failures = Vec::new();
         for s in steps {
-            let go_out = run_client(
-                Client::Go,
-                self.go.url(),
-                &Self::args_for(&self.go, s.args),
-                s.stdin,
-            );
-            let our_out = run_client(
-                Client::Ours,
-                self.ours.url(),
-                &Self::args_for(&self.ours, s.args),
-                s.stdin,
-            );
+            let (go_out, our_out) = if let Some(ms) = s.stream_ms {
+                let mut g = spawn_client(
+                    Client::Go,
+                    self.go.url(),
+                    &Self::args_for(&self.go, s.args),
+                    s.stdin,
+                );
+                let mut o = spawn_client(
+                    Client::Ours,
+                    self.ours.url(),
+                    &Self::args_for(&self.ours, s.args),
+                    s.stdin,
+                );
+                pause(ms);
+                let _ = g.kill();
+                let _ = o.kill();
+                (
+                    g.wait_with_output().expect("wait go"),
+                    o.wait_with_output().expect("wait ours"),
+                )
+            } else {
+                let go_out = run_client(
+                    Client::Go,
+                    self.go.url(),
+                    &Self::args_for(&self.go, s.args),
+                    s.stdin,
+                );
+                let our_out = run_client(
+                    Client::Ours,
+                    self.ours.url(),
+                    &Self::args_for(&self.ours, s.args),
+                    s.stdin,
+                );
+                (go_out, our_out)
+            };
             if let Some(name) = s.capture {
                 if let Some(id) = find_id(&String::from_utf8_lossy(&go_out.stdout)) {
                     self.go.ids.insert(name, id);

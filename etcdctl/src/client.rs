@@ -167,7 +167,8 @@ impl Client {
             }
             // As etcd's client: logging in to a cluster without auth is not an error.
             Err(CtlError::Other(m)) if m == "etcdserver: authentication is not enabled" => Ok(()),
-            Err(e) => Err(e),
+            // etcd's client fails to come up at all: a connection failure, exit code 2.
+            Err(e) => Err(CtlError::BadConnection(e.to_string())),
         }
     }
 

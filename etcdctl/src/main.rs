@@ -64,6 +64,15 @@ enum Command {
     /// Transfers leadership to another etcd cluster member.
     #[command(name = "move-leader")]
     MoveLeader(commands::move_leader::MoveLeaderArgs),
+    /// Enable or disable authentication
+    #[command(subcommand)]
+    Auth(commands::auth::AuthCmd),
+    /// User related commands
+    #[command(subcommand)]
+    User(commands::user::UserCmd),
+    /// Role related commands
+    #[command(subcommand)]
+    Role(commands::role::RoleCmd),
     /// Prints the version of etcdctl
     Version,
 }
@@ -82,6 +91,9 @@ async fn dispatch(ctx: &Ctx, cmd: &Command) -> error::Result<()> {
         Command::Alarm(c) => commands::alarm::run(ctx, c).await,
         Command::Defrag(a) => commands::defrag::run(ctx, a).await,
         Command::MoveLeader(a) => commands::move_leader::run(ctx, a).await,
+        Command::Auth(c) => commands::auth::run(ctx, c).await,
+        Command::User(c) => commands::user::run(ctx, c).await,
+        Command::Role(c) => commands::role::run(ctx, c).await,
         Command::Version => commands::version::run(ctx),
     }
 }

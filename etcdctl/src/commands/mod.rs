@@ -2,6 +2,7 @@
 //! (global flags, the chosen printer, and a way to reach the cluster).
 
 pub mod alarm;
+pub mod auth;
 pub mod compaction;
 pub mod defrag;
 pub mod del;
@@ -11,7 +12,9 @@ pub mod lease;
 pub mod member;
 pub mod move_leader;
 pub mod put;
+pub mod role;
 pub mod txn;
+pub mod user;
 pub mod version;
 pub mod watch;
 

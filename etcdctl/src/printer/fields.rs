@@ -242,9 +242,8 @@ impl Printer for FieldsPrinter {
 
     fn role_list(&self, w: &mut dyn Write, r: &pb::AuthRoleListResponse) -> Result<()> {
         hdr(w, &r.header)?;
-        for role in &r.roles {
-            writeln!(w, "\"Roles\" : {}", go_quote(role.as_bytes()))?;
-        }
+        let roles: Vec<String> = r.roles.iter().map(|x| go_quote(x.as_bytes())).collect();
+        writeln!(w, "\"Roles\" : {}", roles.join(" "))?;
         Ok(())
     }
 }

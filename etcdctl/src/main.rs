@@ -73,6 +73,13 @@ enum Command {
     /// Role related commands
     #[command(subcommand)]
     Role(commands::role::RoleCmd),
+    /// Manages etcd node snapshots
+    #[command(subcommand)]
+    Snapshot(commands::snapshot::SnapshotCmd),
+    /// Acquires a named lock
+    Lock(commands::lock::LockArgs),
+    /// Observes and participates in leader election
+    Elect(commands::elect::ElectArgs),
     /// Prints the version of etcdctl
     Version,
 }
@@ -94,6 +101,9 @@ async fn dispatch(ctx: &Ctx, cmd: &Command) -> error::Result<()> {
         Command::Auth(c) => commands::auth::run(ctx, c).await,
         Command::User(c) => commands::user::run(ctx, c).await,
         Command::Role(c) => commands::role::run(ctx, c).await,
+        Command::Snapshot(c) => commands::snapshot::run(ctx, c).await,
+        Command::Lock(a) => commands::lock::run(ctx, a).await,
+        Command::Elect(a) => commands::elect::run(ctx, a).await,
         Command::Version => commands::version::run(ctx),
     }
 }

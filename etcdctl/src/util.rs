@@ -130,6 +130,25 @@ pub fn parse_go_u64(s: &str, base: u32) -> Result<u64, String> {
     })
 }
 
+/// An I/O error worded as Go's os package words it: "open <path>: no such file or directory".
+pub fn go_io_error(op: &str, path: &str, e: &std::io::Error) -> String {
+    let msg = match e.kind() {
+        std::io::ErrorKind::NotFound => "no such file or directory".to_string(),
+        std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
+        std::io::ErrorKind::AlreadyExists => "file exists".to_string(),
+        _ => {
+            let m = e.to_string();
+            let m = m.split(" (os error").next().unwrap_or(&m).to_string();
+            let mut c = m.chars();
+            match c.next() {
+                Some(f) => f.to_lowercase().chain(c).collect(),
+                None => m,
+            }
+        }
+    };
+    format!("{op} {path}: {msg}")
+}
+
 /// Go's `%q` of a string (strconv.Quote): printable text kept, the rest escaped.
 pub fn go_quote(b: &[u8]) -> String {
     let mut out = String::from("\"");

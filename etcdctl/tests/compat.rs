@@ -487,3 +487,46 @@ fn auth_user_role_match_etcdctl() {
     ];
     assert_no_failures(t.run_table(&steps));
 }
+
+/// snapshot save, lock and elect: files written, commands run under a lock, campaigns and
+/// observers (which run until killed), and their argument errors.
+#[test]
+fn snapshot_lock_elect_match_etcdctl() {
+    let mut t = Twin::start();
+    let steps = [
+        step(&["put", "s1", "v1"]),
+        step(&["snapshot", "save", "{DIR}/snap.db"]),
+        err(&["snapshot", "save"]),
+        err(&["snapshot", "save", "{DIR}/no/such/dir/snap.db"]),
+        step(&[
+            "lock",
+            "l1",
+            "--",
+            "sh",
+            "-c",
+            "echo locked rev=$ETCD_LOCK_REV",
+        ]),
+        step(&["lock", "--ttl=5", "l1", "echo", "hello"]),
+        err(&["lock", "l1", "--", "sh", "-c", "exit 3"]),
+        err(&["lock", "l1", "--", "/nonexistent/cmd"]),
+        err(&["lock"]),
+        stream(&["lock", "l2"], 1200),
+        stream(&["lock", "l2", "-w", "json"], 1200),
+        stream(&["elect", "e1", "v1"], 1200),
+        stream(&["elect", "-l", "e1"], 1200),
+        err(&["elect"]),
+        err(&["elect", "e1"]),
+        err(&["elect", "-l", "e1", "v"]),
+    ];
+    assert_no_failures(t.run_table(&steps));
+    for s in [&t.go, &t.ours] {
+        let db = std::fs::read(s.files_dir().join("snap.db")).expect("snapshot file written");
+        use sha2::Digest;
+        let (body, trailer) = db.split_at(db.len() - 32);
+        assert_eq!(
+            sha2::Sha256::digest(body).as_slice(),
+            trailer,
+            "sha256 trailer kept"
+        );
+    }
+}

@@ -58,6 +58,7 @@ impl Server {
     ///   random numbers), decimal and hex.
     pub fn normalise(&self, s: &str) -> String {
         let mut s = s.to_string();
+        s = s.replace(&self.files_dir().display().to_string(), "<DIR>");
         s = s.replace(&self.etcd.client_url, "<CLIENT_URL>");
         s = s.replace(&self.etcd.peer_url, "<PEER_URL>");
         for (id, name) in [
@@ -74,8 +75,41 @@ impl Server {
             s = s.replace(&format!("{id:016x}"), &name);
             s = s.replace(&format!("{id:x}"), &name);
         }
-        normalise_durations(&s)
+        normalise_durations(&hide_session_keys(&s))
     }
+
+    /// A directory for files a step writes (snapshots); steps name it `{DIR}`.
+    pub fn files_dir(&self) -> std::path::PathBuf {
+        let d = self.etcd.data_dir.with_extension("files");
+        let _ = std::fs::create_dir_all(&d);
+        d
+    }
+}
+
+/// Lock and election keys end in the session's lease ID in hex ("name/694d77aa9e38260f"),
+/// which differs between the twins even when no step captured it.
+pub fn hide_session_keys(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = String::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        if b[i] == b'/' {
+            // %x drops leading zeros: 12 to 16 hex digits.
+            let n = b[i + 1..]
+                .iter()
+                .take_while(|c| c.is_ascii_hexdigit())
+                .count();
+            if (12..=16).contains(&n) {
+                out.push_str("/<SESSION>");
+                i += 1 + n;
+                continue;
+            }
+        }
+        let c = s[i..].chars().next().unwrap_or(' ');
+        out.push(c);
+        i += c.len_utf8();
+    }
+    out
 }
 
 /// Durations measured by the client ("took = 1.2ms") differ from run to run.
@@ -442,7 +476,7 @@ impl Twin {
     fn args_for(server: &Server, args: &[&str]) -> Vec<String> {
         args.iter()
             .map(|a| {
-                let mut a = a.to_string();
+                let mut a = a.replace("{DIR}", &server.files_dir().display().to_string());
                 for (n, id) in &server.ids {
                     a = a.replace(&format!("{{{n}}}"), &format!("{id:x}"));
                 }

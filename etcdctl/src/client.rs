@@ -46,8 +46,6 @@ pub type Svc = InterceptedService<Channel, TokenInterceptor>;
 pub struct Client {
     channel: Channel,
     interceptor: TokenInterceptor,
-    /// The endpoint this client talks to, as given on the command line.
-    pub endpoint: String,
     pub command_timeout: Duration,
 }
 
@@ -118,7 +116,7 @@ impl Client {
             endpoints.push((ep.clone(), endpoint_for(g, ep)?));
         }
         loop {
-            for (name, e) in &endpoints {
+            for (_, e) in &endpoints {
                 let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
                 if remaining.is_zero() {
                     break;
@@ -127,7 +125,6 @@ impl Client {
                     let mut c = Client {
                         channel,
                         interceptor: TokenInterceptor::default(),
-                        endpoint: name.clone(),
                         command_timeout: g.command_timeout,
                     };
                     c.login(g).await?;

@@ -138,11 +138,6 @@ pub fn string(s: &str) -> String {
     out
 }
 
-/// Go's encoding of a string built from bytes: invalid UTF-8 becomes U+FFFD.
-pub fn lossy_string(b: &[u8]) -> String {
-    string(&String::from_utf8_lossy(b))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

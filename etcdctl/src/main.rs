@@ -1,9 +1,6 @@
 //! The `etcdctl` binary: parses etcd's command line, runs the command, and exits with etcd's
 //! exit codes and `Error: ...` text.
 
-// Printer methods and client helpers for commands still being added are unused for now.
-#![allow(dead_code)]
-
 mod client;
 mod commands;
 mod error;
@@ -13,7 +10,7 @@ mod printer;
 mod util;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use commands::Ctx;
 use error::{CtlError, EXIT_ERROR};
@@ -153,8 +150,39 @@ fn clap_error_line(e: &clap::Error) -> String {
     }
 }
 
+/// etcd refuses a flag given both on the command line and in its ETCDCTL_* variable.
+fn check_env_conflicts(m: &clap::ArgMatches) -> Result<(), String> {
+    for arg in Cli::command().get_arguments() {
+        let (Some(env), id) = (arg.get_env(), arg.get_id()) else {
+            continue;
+        };
+        let from_cli = m.value_source(id.as_str()) == Some(clap::parser::ValueSource::CommandLine)
+            || m.subcommand().is_some_and(|(_, sm)| {
+                sm.value_source(id.as_str()) == Some(clap::parser::ValueSource::CommandLine)
+                    || sm.subcommand().is_some_and(|(_, ssm)| {
+                        ssm.value_source(id.as_str())
+                            == Some(clap::parser::ValueSource::CommandLine)
+                    })
+            });
+        if from_cli && std::env::var_os(env).is_some() {
+            return Err(format!(
+                "conflicting environment variable {:?} is shadowed by corresponding command-line flag (either unset environment variable or disable flag)",
+                env.to_string_lossy()
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn main() {
-    let cli = match Cli::try_parse() {
+    let parsed = Cli::command().try_get_matches().and_then(|m| {
+        if let Err(msg) = check_env_conflicts(&m) {
+            eprintln!("Error: {msg}");
+            std::process::exit(EXIT_ERROR);
+        }
+        Cli::from_arg_matches(&m)
+    });
+    let cli = match parsed {
         Ok(c) => c,
         Err(e) => match e.kind() {
             ErrorKind::DisplayHelp

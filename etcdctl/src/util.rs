@@ -206,11 +206,6 @@ pub fn hex_escape(b: &[u8]) -> String {
     s
 }
 
-/// Plain lowercase hex.
-pub fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
 /// The end of the range that holds every key starting with `key` (etcd's prefix end).
 pub fn prefix_end(key: &[u8]) -> Vec<u8> {
     let mut end = key.to_vec();

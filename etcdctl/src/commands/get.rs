@@ -146,7 +146,6 @@ pub async fn run(ctx: &Ctx, a: &GetArgs) -> Result<()> {
     let c = ctx.client().await?;
     let resp = c.unary(c.kv().range(req)).await?;
     let opts = GetOpts {
-        keys_only: a.keys_only,
         print_value_only: a.print_value_only,
     };
     ctx.print(|p, w| p.get(w, &resp, &opts))

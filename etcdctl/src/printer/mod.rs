@@ -167,7 +167,6 @@ pub trait Printer: Send + Sync {
 /// The parts of `get`'s flags that change how its result is shown.
 #[derive(Default, Clone, Copy)]
 pub struct GetOpts {
-    pub keys_only: bool,
     pub print_value_only: bool,
 }
 

@@ -644,3 +644,40 @@ pub fn normalise_protobuf(mut out: Output) -> Output {
     out.stdout = res;
     out
 }
+
+impl Twin {
+    /// Runs one command with environment variables and no `--endpoints` flag from the
+    /// harness; `{URL}` in args and values stands for each twin's client URL. Returns the
+    /// difference, if any.
+    pub fn compare_env(&self, args: &[&str], env: &[(&str, &str)], cmp: Cmp) -> Option<String> {
+        let run = |client: Client, server: &Server| -> Seen {
+            let bin = match client {
+                Client::Go => "etcdctl",
+                Client::Ours => OURS,
+            };
+            let mut cmd = Command::new(bin);
+            cmd.env("ETCDCTL_API", "3")
+                .env_remove("ETCDCTL_ENDPOINTS")
+                .env_remove("ETCDCTL_WRITE_OUT")
+                .args(args.iter().map(|a| a.replace("{URL}", server.url())))
+                .stdin(Stdio::null());
+            for (k, v) in env {
+                cmd.env(k, v.replace("{URL}", server.url()));
+            }
+            let out = cmd.output().unwrap_or_else(|e| panic!("run {bin}: {e}"));
+            let mut s = seen(&out);
+            s.stdout = server.normalise(&s.stdout);
+            s.stderr_first = server.normalise(&s.stderr_first);
+            s
+        };
+        let a = run(Client::Go, &self.go);
+        let b = run(Client::Ours, &self.ours);
+        let same = match cmp {
+            Cmp::Full => a == b,
+            Cmp::ErrorOnly => a.code == b.code && a.stderr_first == b.stderr_first,
+            Cmp::CodeOnly => a.code == b.code,
+            Cmp::Unordered => a.code == b.code && unordered(&a.stdout) == unordered(&b.stdout),
+        };
+        (!same).then(|| format!("{args:?} env {env:?}:\n  go:   {a:?}\n  ours: {b:?}"))
+    }
+}

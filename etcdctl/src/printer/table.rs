@@ -81,3 +81,41 @@ impl Printer for TablePrinter {
         render(w, endpoint_hashkv_rows(r))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The exact bytes etcd 3.4's `member list -w table` printed for a two-member cluster.
+    #[test]
+    fn member_table_is_drawn_as_etcd_draws_it() {
+        let etcd = "\
++------------------+-----------+------+------------------------+------------------------+------------+
+|        ID        |  STATUS   | NAME |       PEER ADDRS       |      CLIENT ADDRS      | IS LEARNER |
++------------------+-----------+------+------------------------+------------------------+------------+
+| 87a955e2d793bc7d | unstarted |      | http://127.0.0.1:23999 |                        |      false |
+| bdae9bbc11dd390d |   started |   n1 | http://127.0.0.1:23801 | http://127.0.0.1:23791 |      false |
++------------------+-----------+------+------------------------+------------------------+------------+
+";
+        let resp = pb::MemberListResponse {
+            members: vec![
+                pb::Member {
+                    id: 0x87a955e2d793bc7d,
+                    peer_ur_ls: vec!["http://127.0.0.1:23999".into()],
+                    ..Default::default()
+                },
+                pb::Member {
+                    id: 0xbdae9bbc11dd390d,
+                    name: "n1".into(),
+                    peer_ur_ls: vec!["http://127.0.0.1:23801".into()],
+                    client_ur_ls: vec!["http://127.0.0.1:23791".into()],
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        assert!(TablePrinter.member_list(&mut out, &resp).is_ok());
+        assert_eq!(String::from_utf8_lossy(&out), etcd);
+    }
+}

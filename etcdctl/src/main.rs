@@ -77,6 +77,9 @@ enum Command {
     Lock(commands::lock::LockArgs),
     /// Observes and participates in leader election
     Elect(commands::elect::ElectArgs),
+    /// Makes a mirror at the destination etcd cluster
+    #[command(name = "make-mirror")]
+    MakeMirror(commands::make_mirror::MakeMirrorArgs),
     /// Prints the version of etcdctl
     Version,
 }
@@ -101,6 +104,7 @@ async fn dispatch(ctx: &Ctx, cmd: &Command) -> error::Result<()> {
         Command::Snapshot(c) => commands::snapshot::run(ctx, c).await,
         Command::Lock(a) => commands::lock::run(ctx, a).await,
         Command::Elect(a) => commands::elect::run(ctx, a).await,
+        Command::MakeMirror(a) => commands::make_mirror::run(ctx, a).await,
         Command::Version => commands::version::run(ctx),
     }
 }

@@ -681,3 +681,46 @@ fn unsupported_features_fail_clearly() {
     assert_eq!(help.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&help.stdout).contains("get"));
 }
+
+/// make-mirror: both clients mirror their twin's `m/` prefix to a destination cluster of
+/// their own, under `n/`; keys that existed before and changes made while mirroring must
+/// arrive the same in both destinations. Argument errors compared as usual.
+#[test]
+fn make_mirror_matches_etcdctl() {
+    let mut t = Twin::start();
+    let dest_go = Server::start(t.dir.path(), "dest-go");
+    let dest_ours = Server::start(t.dir.path(), "dest-ours");
+    let setup = [
+        step(&["put", "m/a", "1"]),
+        step(&["put", "m/b", "2"]),
+        step(&["put", "other", "x"]),
+        err(&["make-mirror"]),
+    ];
+    assert_no_failures(t.run_table(&setup));
+    let mirror = |client: Client, src: &Server, dest: &Server| {
+        let args: Vec<String> = ["make-mirror", "--prefix=m/", "--dest-prefix=n/", dest.url()]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        spawn_client(client, src.url(), &args, None)
+    };
+    let mut go = mirror(Client::Go, &t.go, &dest_go);
+    let mut ours = mirror(Client::Ours, &t.ours, &dest_ours);
+    pause(1500);
+    let changes = [
+        step(&["put", "m/c", "3"]),
+        step(&["del", "m/a"]),
+        step(&["put", "m/b", "22"]),
+        step(&["put", "other", "y"]),
+    ];
+    assert_no_failures(t.run_table(&changes));
+    pause(1500);
+    let _ = go.kill();
+    let _ = ours.kill();
+    let _ = go.wait();
+    let _ = ours.wait();
+    let got_go = dest_go.etcd.etcdctl_ok(&["get", "", "--prefix"]);
+    let got_ours = dest_ours.etcd.etcdctl_ok(&["get", "", "--prefix"]);
+    assert_eq!(got_go, "n/b\n22\nn/c\n3\n");
+    assert_eq!(got_ours, got_go);
+}

@@ -11,6 +11,7 @@ pub mod endpoint;
 pub mod get;
 pub mod lease;
 pub mod lock;
+pub mod make_mirror;
 pub mod member;
 pub mod move_leader;
 pub mod put;

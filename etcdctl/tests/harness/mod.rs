@@ -35,7 +35,12 @@ pub struct Server {
 
 impl Server {
     pub fn start(dir: &Path, name: &str) -> Server {
-        let etcd = RealEtcd::start(&dir.join(name), "default");
+        Self::start_with(dir, name, &[])
+    }
+
+    /// Starts a server with extra etcd flags.
+    pub fn start_with(dir: &Path, name: &str, extra: &[&str]) -> Server {
+        let etcd = RealEtcd::start_with(&dir.join(name), "default", extra);
         let out = etcd.etcdctl_ok(&["endpoint", "status", "-w", "json"]);
         let v: serde_json::Value = serde_json::from_str(&out).expect("status json");
         let hdr = &v[0]["Status"]["header"];
@@ -490,9 +495,14 @@ pub struct Twin {
 
 impl Twin {
     pub fn start() -> Twin {
+        Self::start_with(&[])
+    }
+
+    /// Twins started with extra etcd flags (both the same).
+    pub fn start_with(extra: &[&str]) -> Twin {
         let dir = tempfile::tempdir().expect("tempdir");
-        let go = Server::start(dir.path(), "go");
-        let ours = Server::start(dir.path(), "ours");
+        let go = Server::start_with(dir.path(), "go", extra);
+        let ours = Server::start_with(dir.path(), "ours", extra);
         Twin { dir, go, ours }
     }
 

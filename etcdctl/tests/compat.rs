@@ -159,6 +159,10 @@ fn lease_commands_match_etcdctl() {
             TTL_MARKS,
         ),
         err(&["lease", "keep-alive", "--once", "1234"]),
+        Step {
+            mask: TTL_MARKS,
+            ..stream(&["lease", "keep-alive", "{L1}"], 1200)
+        },
         step(&["lease", "keep-alive", "1234"]),
         step(&["lease", "revoke", "{L2}"]),
         step(&["lease", "revoke", "{L3}", "-w", "json"]),

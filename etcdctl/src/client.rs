@@ -16,7 +16,7 @@ use proto::v3lockpb::lock_client::LockClient;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use crate::error::{CtlError, Result, status_message};
 use crate::global::GlobalArgs;
@@ -65,27 +65,56 @@ pub fn check_supported(g: &GlobalArgs) -> Result<()> {
             "DNS SRV discovery (--discovery-srv) is not supported by this etcdctl; pass --endpoints",
         ));
     }
-    let tls_ep = g
-        .endpoints
-        .iter()
-        .find(|e| e.starts_with("https://") || e.starts_with("unixs://"));
-    if let Some(ep) = tls_ep {
+    if let Some(ep) = g.endpoints.iter().find(|e| e.starts_with("unix")) {
         return Err(CtlError::other(format!(
-            "TLS is not supported by this etcdctl yet (endpoint {ep})"
+            "unix socket endpoints are not supported by this etcdctl ({ep})"
         )));
-    }
-    if g.cacert.is_some() || g.cert.is_some() || g.key.is_some() {
-        return Err(CtlError::other(
-            "TLS is not supported by this etcdctl yet (--cacert/--cert/--key given)",
-        ));
     }
     Ok(())
 }
 
+/// Reads a PEM file named by a TLS flag, failing with Go's wording.
+fn read_pem(path: &str) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| CtlError::other(crate::util::go_io_error("open", path, &e)))
+}
+
+/// The TLS settings for https endpoints, from --cacert, --cert and --key.
+fn tls_config(g: &GlobalArgs) -> Result<ClientTlsConfig> {
+    if g.insecure_skip_tls_verify {
+        return Err(CtlError::other(
+            "--insecure-skip-tls-verify is not supported by this etcdctl; pass --cacert",
+        ));
+    }
+    let mut cfg = ClientTlsConfig::new();
+    match &g.cacert {
+        Some(ca) => cfg = cfg.ca_certificate(Certificate::from_pem(read_pem(ca)?)),
+        None => {
+            return Err(CtlError::other(
+                "https endpoints without --cacert are not supported by this etcdctl (it does not use the system's CA roots)",
+            ));
+        }
+    }
+    match (&g.cert, &g.key) {
+        (Some(c), Some(k)) => cfg = cfg.identity(Identity::from_pem(read_pem(c)?, read_pem(k)?)),
+        (None, None) => {}
+        _ => {
+            return Err(CtlError::other(
+                "KeyFile and CertFile must both be present[key: , cert: ]",
+            ));
+        }
+    }
+    Ok(cfg)
+}
+
 fn endpoint_for(g: &GlobalArgs, ep: &str) -> Result<Endpoint> {
     let url = endpoint_url(ep);
-    let e = Endpoint::from_shared(url.clone())
+    let mut e = Endpoint::from_shared(url.clone())
         .map_err(|e| CtlError::other(format!("invalid endpoint {ep:?}: {e}")))?;
+    if url.starts_with("https://") {
+        e = e
+            .tls_config(tls_config(g)?)
+            .map_err(|e| CtlError::other(format!("bad TLS settings: {e}")))?;
+    }
     Ok(e.connect_timeout(g.dial_timeout)
         .http2_keep_alive_interval(g.keepalive_time)
         .keep_alive_timeout(g.keepalive_timeout)

@@ -658,7 +658,8 @@ fn global_flags_and_env_match_etcdctl() {
 }
 
 /// What etcd's etcdctl cannot be compared on, checked on its own: a clear one-line error
-/// and a non-zero exit for what this etcdctl does not do (TLS, DNS discovery), and help.
+/// and a non-zero exit for what this etcdctl does not do (skipping TLS verification, the
+/// system's CA roots, DNS discovery), and help.
 #[test]
 fn unsupported_features_fail_clearly() {
     let run = |args: &[&str]| {
@@ -669,7 +670,13 @@ fn unsupported_features_fail_clearly() {
     };
     for args in [
         &["--endpoints=https://127.0.0.1:1", "get", "a"][..],
-        &["--cacert=/nonexistent", "get", "a"][..],
+        &[
+            "--endpoints=https://127.0.0.1:1",
+            "--cacert=/dev/null",
+            "--insecure-skip-tls-verify",
+            "get",
+            "a",
+        ][..],
         &["--discovery-srv=example.com", "get", "a"][..],
     ] {
         let out = run(args);
@@ -805,4 +812,125 @@ fn alarms_match_etcdctl() {
         step(&["alarm", "disarm", "-w", "json"]),
     ];
     assert_no_failures(t.run_table(&steps));
+}
+
+/// Makes a throwaway CA, a server certificate for 127.0.0.1 and a client certificate.
+fn make_certs(dir: &std::path::Path) {
+    let sh = |script: &str| {
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .current_dir(dir)
+            .output()
+            .expect("run openssl");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    sh(
+        "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 -subj /CN=test-ca",
+    );
+    sh(
+        "printf 'subjectAltName=IP:127.0.0.1\\nextendedKeyUsage=serverAuth,clientAuth\\n' > ext.cnf",
+    );
+    for name in ["server", "client"] {
+        sh(&format!(
+            "openssl req -newkey rsa:2048 -nodes -keyout {name}.key -out {name}.csr -subj /CN={name} && \
+             openssl x509 -req -in {name}.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out {name}.crt -days 2 -extfile ext.cnf"
+        ));
+    }
+}
+
+/// Kills the TLS etcd when the test ends, however it ends.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// TLS: a real etcd serving https and requiring client certificates; both clients read the
+/// same data through --cacert/--cert/--key, and both fail without a client certificate.
+#[test]
+fn tls_matches_etcdctl() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    make_certs(d);
+    let url = format!("https://127.0.0.1:{}", support::free_port());
+    let peer = format!("http://127.0.0.1:{}", support::free_port());
+    let p = |f: &str| d.join(f).display().to_string();
+    let etcd = std::process::Command::new("etcd")
+        .args(["--name", "tls", "--data-dir", &p("data")])
+        .args([
+            "--listen-client-urls",
+            &url,
+            "--advertise-client-urls",
+            &url,
+        ])
+        .args([
+            "--listen-peer-urls",
+            &peer,
+            "--initial-advertise-peer-urls",
+            &peer,
+        ])
+        .args(["--initial-cluster", &format!("tls={peer}")])
+        .args([
+            "--cert-file",
+            &p("server.crt"),
+            "--key-file",
+            &p("server.key"),
+        ])
+        .args(["--client-cert-auth", "--trusted-ca-file", &p("ca.crt")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn etcd");
+    let _guard = KillOnDrop(etcd);
+    let tls = [
+        format!("--endpoints={url}"),
+        format!("--cacert={}", p("ca.crt")),
+        format!("--cert={}", p("client.crt")),
+        format!("--key={}", p("client.key")),
+    ];
+    let run = |bin: &str, tls: &[String], args: &[&str]| {
+        let out = std::process::Command::new(bin)
+            .env("ETCDCTL_API", "3")
+            .args(tls)
+            .args(args)
+            .output()
+            .expect("run etcdctl");
+        seen(&out)
+    };
+    let start = std::time::Instant::now();
+    while run("etcdctl", &tls, &["endpoint", "health"]).code != Some(0) {
+        assert!(start.elapsed().as_secs() < 30, "TLS etcd did not come up");
+        pause(200);
+    }
+    assert_eq!(run("etcdctl", &tls, &["put", "k", "v"]).code, Some(0));
+    for args in [
+        &["get", "k"][..],
+        &["get", "k", "-w", "json"][..],
+        &["member", "list", "-w", "fields"][..],
+        &["endpoint", "hashkv"][..],
+    ] {
+        assert_eq!(
+            run("etcdctl", &tls, args),
+            run(OURS, &tls, args),
+            "{args:?}"
+        );
+    }
+    assert_eq!(run(OURS, &tls, &["put", "k2", "v2"]).code, Some(0));
+    assert_eq!(
+        run("etcdctl", &tls, &["get", "k2", "--print-value-only"]).stdout,
+        "v2\n"
+    );
+    // No client certificate: the server refuses the handshake; both fail.
+    let no_cert = &tls[..2];
+    let args = ["--dial-timeout=1s", "--command-timeout=2s", "get", "k"];
+    assert_ne!(run(OURS, no_cert, &args).code, Some(0));
+    assert_ne!(run("etcdctl", no_cert, &args).code, Some(0));
 }

@@ -63,13 +63,14 @@ pub async fn run(ctx: &Ctx, a: &MakeMirrorArgs) -> Result<()> {
             "make-mirror takes one destination argument",
         ));
     }
-    if a.dest_cacert.is_some() || a.dest_cert.is_some() || a.dest_key.is_some() {
-        return Err(CtlError::other(
-            "TLS is not supported by this etcdctl yet (--dest-cacert/--dest-cert/--dest-key given)",
-        ));
-    }
     let src = ctx.client().await?;
-    let dest = Client::connect_one(&ctx.g, &a.args[0]).await?;
+    // The destination has its own TLS settings; everything else is shared.
+    let mut dg = ctx.g.clone();
+    dg.cacert = a.dest_cacert.clone();
+    dg.cert = a.dest_cert.clone();
+    dg.key = a.dest_key.clone();
+    dg.insecure_skip_tls_verify = false;
+    let dest = Client::connect_one(&dg, &a.args[0]).await?;
     let total = Arc::new(AtomicU64::new(0));
     let t = total.clone();
     let reporter = tokio::spawn(async move {

@@ -1,4 +1,5 @@
 //! `etcdctl alarm`: lists the cluster's alarms (NOSPACE, CORRUPT) and disarms them.
+//! Disarming deactivates each raised alarm in turn and prints what was deactivated.
 
 use clap::Subcommand;
 use proto::etcdserverpb::{AlarmRequest, AlarmResponse, alarm_request::AlarmAction};

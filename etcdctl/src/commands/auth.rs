@@ -1,4 +1,5 @@
 //! `etcdctl auth`: turns authentication on or off for the whole cluster.
+//! Enabling gives a root user without the root role that role first, as etcd's etcdctl does.
 
 use clap::Subcommand;
 use proto::etcdserverpb::{

@@ -1,4 +1,5 @@
 //! `etcdctl compaction`: discards the key-value history before a revision.
+//! --physical waits until the old revisions are really removed from the backend.
 
 use clap::Args;
 use proto::etcdserverpb::CompactionRequest;

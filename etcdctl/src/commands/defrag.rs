@@ -1,4 +1,5 @@
 //! `etcdctl defrag`: defragments the backend of each endpoint (or every member with --cluster).
+//! Each failure is reported on stderr and the command then exits 1, as etcd's does.
 
 use clap::Args;
 use proto::etcdserverpb::DefragmentRequest;

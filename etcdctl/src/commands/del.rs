@@ -1,4 +1,5 @@
 //! `etcdctl del`: deletes a key or a range of keys, optionally returning what was deleted.
+//! Ranges follow etcd's client: an end key, or --prefix, or --from-key.
 
 use clap::Args;
 use proto::etcdserverpb::DeleteRangeRequest;

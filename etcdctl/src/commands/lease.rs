@@ -1,4 +1,5 @@
 //! `etcdctl lease`: grant, revoke, timetolive, list and keep-alive, with etcd's hex lease IDs.
+//! Keep-alive renews at a third of the TTL until the lease is gone.
 
 use clap::{Args, Subcommand};
 use proto::etcdserverpb::{

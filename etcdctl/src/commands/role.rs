@@ -1,4 +1,5 @@
 //! `etcdctl role`: add, delete, get and list roles, and grant or revoke key-range permissions.
+//! Ranges are given as key [end], or with --prefix/--from-key, as etcd takes them.
 
 use clap::{Args, Subcommand};
 use prost::Message;

@@ -1,4 +1,5 @@
 //! `etcdctl user`: add, delete, get, list users, change passwords, grant and revoke roles.
+//! Passwords come from the argument, --new-user-password, the terminal or a line of stdin.
 
 use std::io::BufRead;
 

@@ -1,4 +1,5 @@
 //! `etcdctl version`: the client's version and the API version it speaks; no server contact.
+//! The version printed is etcd 3.4's, the release whose command line this one reproduces.
 
 use super::Ctx;
 use crate::error::Result;

@@ -11,15 +11,16 @@ use super::session::{Session, interrupted};
 use crate::error::{CtlError, Result, status_message};
 use crate::global::go_bool;
 
+/// The campaign's session TTL in seconds: etcd's elect has no flag for it and uses its
+/// client's default session.
+const SESSION_TTL: i64 = 60;
+
 /// Observes and participates in leader election
 #[derive(Args, Debug)]
 pub struct ElectArgs {
     /// observation mode
     #[arg(short = 'l', long, default_value = "false", num_args = 0..=1, default_missing_value = "true", require_equals = true, value_parser = go_bool)]
     pub listen: bool,
-    /// timeout for session
-    #[arg(long, default_value = "10", value_parser = super::go_i64)]
-    pub ttl: i64,
     /// <election-name> [proposal]
     pub args: Vec<String>,
 }
@@ -35,7 +36,7 @@ pub async fn run(ctx: &Ctx, a: &ElectArgs) -> Result<()> {
         (false, None) => Err(CtlError::bad_args("no proposal argument but -l not set")),
         (true, Some(_)) => Err(CtlError::bad_args("proposal given but -l is set")),
         (true, None) => observe(ctx, name).await,
-        (false, Some(value)) => campaign(ctx, name, value.as_bytes().to_vec(), a.ttl).await,
+        (false, Some(value)) => campaign(ctx, name, value.as_bytes().to_vec(), SESSION_TTL).await,
     }
 }
 

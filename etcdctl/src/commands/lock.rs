@@ -16,8 +16,10 @@ pub struct LockArgs {
     #[arg(long, default_value = "10", value_parser = super::go_i64)]
     pub ttl: i64,
     /// <lockname> [exec-command arg1 arg2 ...]
-    #[arg(trailing_var_arg = true)]
     pub args: Vec<String>,
+    /// the command, after `--` when it has flags of its own
+    #[arg(last = true)]
+    pub exec: Vec<String>,
 }
 
 pub async fn run(ctx: &Ctx, a: &LockArgs) -> Result<()> {
@@ -26,11 +28,8 @@ pub async fn run(ctx: &Ctx, a: &LockArgs) -> Result<()> {
             "lock takes a lock name argument and an optional command to execute",
         ));
     };
-    // `lock name -- cmd` is how etcd's users keep the command's flags away from etcdctl.
-    let command = match command.first() {
-        Some(d) if d == "--" => &command[1..],
-        _ => command,
-    };
+    // Flags anywhere belong to etcdctl; a command with flags of its own comes after `--`.
+    let command: Vec<String> = command.iter().chain(&a.exec).cloned().collect();
     let c = ctx.client().await?;
     let session = Session::start(&c, a.ttl).await?;
     // Waiting for the lock has no deadline: that is the point of the command.
@@ -75,7 +74,7 @@ pub async fn run(ctx: &Ctx, a: &LockArgs) -> Result<()> {
             ),
             ("ETCD_LOCK_REV", rev.to_string()),
         ];
-        let cmd = command.to_vec();
+        let cmd = command;
         tokio::task::spawn_blocking(move || run_command(&cmd, &env))
             .await
             .map_err(|e| CtlError::other(format!("command task failed: {e}")))?

@@ -192,7 +192,8 @@ fn main() {
             ErrorKind::DisplayHelp
             | ErrorKind::DisplayVersion
             | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
-                let _ = e.print();
+                // Help goes to stdout and is not an error, as etcd's.
+                print!("{}", e.render());
                 std::process::exit(0);
             }
             _ => {

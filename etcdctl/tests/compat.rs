@@ -710,9 +710,14 @@ fn unsupported_features_fail_clearly() {
         );
         assert!(err.contains("not supported"), "{args:?}: {err}");
     }
-    let help = run(&["--help"]);
-    assert_eq!(help.status.code(), Some(0));
-    assert!(String::from_utf8_lossy(&help.stdout).contains("get"));
+    // Help (asked for, or a command group without its subcommand) goes to stdout, exit 0,
+    // as etcd's does; the text itself is clap's, not cobra's.
+    for args in [&["--help"][..], &[][..], &["lease"][..], &["member"][..]] {
+        let help = run(args);
+        assert_eq!(help.status.code(), Some(0), "{args:?}");
+        assert!(!help.stdout.is_empty(), "{args:?}");
+    }
+    assert!(String::from_utf8_lossy(&run(&["--help"]).stdout).contains("get"));
 }
 
 /// make-mirror: both clients mirror their twin's `m/` prefix to a destination cluster of

@@ -70,15 +70,14 @@ impl Server {
             (self.cluster_id, "<CLUSTER_ID>"),
             (self.member_id, "<MEMBER_ID>"),
         ] {
-            // "%16x" pads a short ID with spaces, "%x" prints it short: both become the name.
-            s = s.replace(&format!("{id:16x}"), name);
+            s = unpad(&s, id, name);
             s = s.replace(&id.to_string(), name);
             s = s.replace(&format!("{id:016x}"), name);
             s = s.replace(&format!("{id:x}"), name);
         }
         for (n, id) in &self.ids {
             let name = format!("<ID_{n}>");
-            s = s.replace(&format!("{id:16x}"), &name);
+            s = unpad(&s, *id, &name);
             s = s.replace(&id.to_string(), &name);
             s = s.replace(&format!("{id:016x}"), &name);
             s = s.replace(&format!("{id:x}"), &name);
@@ -92,6 +91,17 @@ impl Server {
         let _ = std::fs::create_dir_all(&d);
         d
     }
+}
+
+/// etcd prints some IDs with "%16x", padding an ID of fewer than 16 hex digits with spaces,
+/// so one twin may print "cluster  abc" where the other prints "cluster abcd": the padded
+/// form after its separating space becomes the plain name.
+fn unpad(s: &str, id: u64, name: &str) -> String {
+    let padded = format!(" {id:16x}");
+    if padded.trim_start().len() == 16 {
+        return s.to_string();
+    }
+    s.replace(&padded, &format!(" {name}"))
 }
 
 /// Column widths follow the longest cell, and IDs and durations differ in length between

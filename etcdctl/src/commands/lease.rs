@@ -1,0 +1,168 @@
+//! `etcdctl lease`: grant, revoke, timetolive, list and keep-alive, with etcd's hex lease IDs.
+//! Keep-alive renews at a third of the TTL until the lease is gone.
+
+use clap::{Args, Subcommand};
+use proto::etcdserverpb::{
+    LeaseGrantRequest, LeaseKeepAliveRequest, LeaseLeasesRequest, LeaseRevokeRequest,
+    LeaseTimeToLiveRequest,
+};
+use tokio_stream::StreamExt;
+
+use super::{Ctx, parse_lease_id};
+use crate::error::{CtlError, Result};
+use crate::global::go_bool;
+use crate::printer::LeaseTtl;
+use crate::util::parse_go_i64;
+
+/// Lease related commands
+#[derive(Subcommand, Debug)]
+pub enum LeaseCmd {
+    /// Creates leases
+    Grant(ArgsOnly),
+    /// Revokes leases
+    Revoke(ArgsOnly),
+    /// Get lease information
+    Timetolive(TtlArgs),
+    /// List all active leases
+    List,
+    /// Keeps leases alive (renew)
+    #[command(name = "keep-alive")]
+    KeepAlive(KeepAliveArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ArgsOnly {
+    pub args: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct TtlArgs {
+    /// Get keys attached to this lease
+    #[arg(long, default_value = "false", num_args = 0..=1, default_missing_value = "true", require_equals = true, value_parser = go_bool)]
+    pub keys: bool,
+    pub args: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct KeepAliveArgs {
+    /// Resets the keep-alive time to its original value and exits immediately
+    #[arg(long, default_value = "false", num_args = 0..=1, default_missing_value = "true", require_equals = true, value_parser = go_bool)]
+    pub once: bool,
+    pub args: Vec<String>,
+}
+
+pub async fn run(ctx: &Ctx, cmd: &LeaseCmd) -> Result<()> {
+    match cmd {
+        LeaseCmd::Grant(a) => grant(ctx, a).await,
+        LeaseCmd::Revoke(a) => revoke(ctx, a).await,
+        LeaseCmd::Timetolive(a) => timetolive(ctx, a).await,
+        LeaseCmd::List => list(ctx).await,
+        LeaseCmd::KeepAlive(a) => keep_alive(ctx, a).await,
+    }
+}
+
+async fn grant(ctx: &Ctx, a: &ArgsOnly) -> Result<()> {
+    let Some(ttl) = a.args.first() else {
+        return Err(CtlError::bad_args("lease grant command needs TTL argument"));
+    };
+    let ttl = parse_go_i64(ttl, 10).map_err(|e| CtlError::bad_args(format!("bad TTL ({e})")))?;
+    let c = ctx.client().await?;
+    let resp = c
+        .unary(c.lease().lease_grant(LeaseGrantRequest { ttl, id: 0 }))
+        .await
+        .map_err(|e| CtlError::other(format!("failed to grant lease ({e})")))?;
+    ctx.print(|p, w| p.lease_grant(w, &resp))
+}
+
+async fn revoke(ctx: &Ctx, a: &ArgsOnly) -> Result<()> {
+    let Some(id) = a.args.first() else {
+        return Err(CtlError::bad_args("lease revoke command needs 1 argument"));
+    };
+    let id = parse_lease_id(id, "bad lease ID arg")?;
+    let c = ctx.client().await?;
+    let resp = c
+        .unary(c.lease().lease_revoke(LeaseRevokeRequest { id }))
+        .await
+        .map_err(|e| CtlError::other(format!("failed to revoke lease ({e})")))?;
+    ctx.print(|p, w| p.lease_revoke(w, id, &resp))
+}
+
+async fn timetolive(ctx: &Ctx, a: &TtlArgs) -> Result<()> {
+    let Some(id) = a.args.first() else {
+        return Err(CtlError::bad_args(
+            "lease timetolive command needs lease ID as argument",
+        ));
+    };
+    let id = parse_lease_id(id, "bad lease ID arg")?;
+    let c = ctx.client().await?;
+    let resp = c
+        .unary(
+            c.lease()
+                .lease_time_to_live(LeaseTimeToLiveRequest { id, keys: a.keys }),
+        )
+        .await?;
+    let t = LeaseTtl {
+        resp: &resp,
+        keys_requested: a.keys,
+    };
+    ctx.print(|p, w| p.lease_ttl(w, &t))
+}
+
+async fn list(ctx: &Ctx) -> Result<()> {
+    let c = ctx.client().await?;
+    let resp = c
+        .unary(c.lease().lease_leases(LeaseLeasesRequest {}))
+        .await?;
+    ctx.print(|p, w| p.lease_list(w, &resp))
+}
+
+async fn keep_alive(ctx: &Ctx, a: &KeepAliveArgs) -> Result<()> {
+    let Some(id) = a.args.first() else {
+        return Err(CtlError::bad_args(
+            "lease keep-alive command needs lease ID as argument",
+        ));
+    };
+    let id = parse_lease_id(id, "bad lease ID arg")?;
+    let c = ctx.client().await?;
+    let (tx, rx) = tokio::sync::mpsc::channel::<LeaseKeepAliveRequest>(4);
+    let outbound = tokio_stream::wrappers::ReceiverStream::new(rx);
+    tx.send(LeaseKeepAliveRequest { id })
+        .await
+        .map_err(|_| CtlError::other("keep-alive stream closed"))?;
+    let mut lease = c.lease();
+    let stream = tokio::time::timeout(c.command_timeout, lease.lease_keep_alive(outbound))
+        .await
+        .map_err(|_| CtlError::BadConnection("context deadline exceeded".into()))?
+        .map_err(|s| CtlError::BadConnection(crate::error::status_message(&s)))?;
+    let mut stream = stream.into_inner();
+    loop {
+        let next = tokio::time::timeout(c.command_timeout, stream.next()).await;
+        let resp = match next {
+            Ok(Some(Ok(r))) => r,
+            Ok(Some(Err(s))) => {
+                return Err(CtlError::BadConnection(crate::error::status_message(&s)));
+            }
+            Ok(None) => return Err(CtlError::BadConnection("keep-alive stream closed".into())),
+            Err(_) => return Err(CtlError::BadConnection("context deadline exceeded".into())),
+        };
+        if resp.ttl <= 0 {
+            if a.once {
+                return Err(CtlError::BadConnection(
+                    "etcdserver: requested lease not found".into(),
+                ));
+            }
+            println!("lease {id:016x} expired or revoked.");
+            return Ok(());
+        }
+        ctx.print(|p, w| p.lease_keepalive(w, &resp))?;
+        if a.once {
+            return Ok(());
+        }
+        // Renew at a third of the TTL, as etcd's client does.
+        let wait = std::time::Duration::from_millis((resp.ttl.max(1) as u64) * 1000 / 3);
+        tokio::time::sleep(wait).await;
+        tx.send(LeaseKeepAliveRequest { id })
+            .await
+            .map_err(|_| CtlError::BadConnection("keep-alive stream closed".into()))?;
+    }
+}

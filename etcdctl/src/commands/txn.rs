@@ -1,0 +1,280 @@
+//! `etcdctl txn`: reads a transaction in etcd's grammar from stdin (compares, blank line,
+//! success requests, blank line, failure requests, blank line) and runs it; `-i` prompts.
+
+use std::io::BufRead;
+
+use clap::{Args, Parser};
+use proto::etcdserverpb::{Compare, RequestOp, TxnRequest, compare, request_op};
+
+use super::Ctx;
+use crate::error::{CtlError, Result};
+use crate::global::go_bool;
+use crate::util::parse_go_i64;
+
+/// Txn processes all the requests in one transaction
+#[derive(Args, Debug)]
+pub struct TxnArgs {
+    /// Input transaction in interactive mode
+    #[arg(short = 'i', long, default_value = "false", num_args = 0..=1, default_missing_value = "true", require_equals = true, value_parser = go_bool)]
+    pub interactive: bool,
+}
+
+/// One request line of a transaction, parsed with the commands' own flags.
+#[derive(Parser, Debug)]
+#[command(no_binary_name = true)]
+enum OpLine {
+    Get(super::get::GetArgs),
+    Put(super::put::PutArgs),
+    Del(super::del::DelArgs),
+}
+
+/// Splits a request line into words; double-quoted words are Go-unquoted (so `"a b"` and
+/// `"line\n"` work as in etcd).
+pub fn argify(line: &str) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    let mut chars = line.char_indices().peekable();
+    while let Some(&(i, c)) = chars.peek() {
+        if c.is_whitespace() {
+            chars.next();
+            continue;
+        }
+        if c == '"' {
+            let (s, used) = go_unquote(&line[i..]).ok_or_else(|| {
+                CtlError::InvalidInput(format!("invalid txn compare request: {line}"))
+            })?;
+            out.push(s);
+            let end = i + used;
+            while chars.peek().is_some_and(|&(j, _)| j < end) {
+                chars.next();
+            }
+            continue;
+        }
+        let mut end = line.len();
+        while let Some(&(j, ch)) = chars.peek() {
+            if ch.is_whitespace() {
+                end = j;
+                break;
+            }
+            chars.next();
+        }
+        out.push(line[i..end].to_string());
+    }
+    Ok(out)
+}
+
+/// Reads one Go-quoted string at the start of `s`; returns it and the bytes consumed.
+pub fn go_unquote(s: &str) -> Option<(String, usize)> {
+    let mut it = s.char_indices();
+    if it.next()?.1 != '"' {
+        return None;
+    }
+    let mut out: Vec<u8> = Vec::new();
+    while let Some((i, c)) = it.next() {
+        match c {
+            '"' => return Some((String::from_utf8_lossy(&out).into_owned(), i + 1)),
+            '\\' => {
+                let (_, e) = it.next()?;
+                match e {
+                    'n' => out.push(b'\n'),
+                    't' => out.push(b'\t'),
+                    'r' => out.push(b'\r'),
+                    'a' => out.push(7),
+                    'b' => out.push(8),
+                    'f' => out.push(12),
+                    'v' => out.push(11),
+                    '\\' => out.push(b'\\'),
+                    '"' => out.push(b'"'),
+                    '\'' => out.push(b'\''),
+                    'x' => {
+                        let h: String = [it.next()?.1, it.next()?.1].iter().collect();
+                        out.push(u8::from_str_radix(&h, 16).ok()?);
+                    }
+                    'u' => {
+                        let h: String = (0..4).filter_map(|_| it.next().map(|x| x.1)).collect();
+                        let ch = char::from_u32(u32::from_str_radix(&h, 16).ok()?)?;
+                        out.extend_from_slice(ch.to_string().as_bytes());
+                    }
+                    _ => return None,
+                }
+            }
+            c => {
+                let mut buf = [0u8; 4];
+                out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+            }
+        }
+    }
+    None
+}
+
+/// Parses one compare line: `target("key") op "value"`.
+pub fn parse_compare(line: &str) -> Result<Compare> {
+    let malformed = || CtlError::InvalidInput(format!("malformed comparison: {line}"));
+    let open = line.find('(').ok_or_else(malformed)?;
+    let target_word = &line[..open];
+    let (key, used) = go_unquote(&line[open + 1..]).ok_or_else(malformed)?;
+    let rest = &line[open + 1 + used..];
+    let rest = rest.strip_prefix(')').ok_or_else(malformed)?.trim_start();
+    let (op, rest) = if let Some(r) = rest.strip_prefix("!=") {
+        (compare::CompareResult::NotEqual, r)
+    } else if let Some(r) = rest.strip_prefix('=') {
+        (compare::CompareResult::Equal, r)
+    } else if let Some(r) = rest.strip_prefix('<') {
+        (compare::CompareResult::Less, r)
+    } else if let Some(r) = rest.strip_prefix('>') {
+        (compare::CompareResult::Greater, r)
+    } else {
+        return Err(malformed());
+    };
+    let rest = rest.trim_start();
+    let (value, used) = go_unquote(rest).ok_or_else(malformed)?;
+    if !rest[used..].trim().is_empty() {
+        return Err(malformed());
+    }
+    let bad = || CtlError::InvalidInput(format!("invalid txn compare request: {line}"));
+    let num = |v: &str| parse_go_i64(v, 10).map_err(|_| bad());
+    use compare::{CompareTarget as T, TargetUnion as U};
+    let (target, union) = match target_word {
+        "c" | "create" => (T::Create, U::CreateRevision(num(&value)?)),
+        "m" | "mod" => (T::Mod, U::ModRevision(num(&value)?)),
+        "val" | "value" => (T::Value, U::Value(value.into_bytes())),
+        "ver" | "version" => (T::Version, U::Version(num(&value)?)),
+        "lease" => (
+            T::Lease,
+            U::Lease(parse_go_i64(&value, 16).map_err(|_| bad())?),
+        ),
+        _ => return Err(bad()),
+    };
+    Ok(Compare {
+        result: op as i32,
+        target: target as i32,
+        key: key.into_bytes(),
+        range_end: Vec::new(),
+        target_union: Some(union),
+    })
+}
+
+/// Parses one request line (`get`, `put` or `del` with their flags).
+pub fn parse_op(line: &str, write_out: &str) -> Result<RequestOp> {
+    let words = argify(line)?;
+    let op = OpLine::try_parse_from(&words)
+        .map_err(|_| CtlError::InvalidInput(format!("invalid txn compare request: {line}")))?;
+    let request = match op {
+        OpLine::Get(a) => {
+            request_op::Request::RequestRange(super::get::build_request(&a, write_out)?)
+        }
+        OpLine::Put(a) => {
+            request_op::Request::RequestPut(super::put::build_request(&a, &mut std::io::empty())?)
+        }
+        OpLine::Del(a) => request_op::Request::RequestDeleteRange(super::del::build_request(&a)?),
+    };
+    Ok(RequestOp {
+        request: Some(request),
+    })
+}
+
+/// Reads lines up to a blank one; running out of input first is etcd's "EOF" error.
+fn read_section(input: &mut dyn BufRead) -> Result<Vec<String>> {
+    let mut lines = Vec::new();
+    loop {
+        let mut l = String::new();
+        let n = input.read_line(&mut l)?;
+        if n == 0 {
+            return Err(CtlError::InvalidInput("EOF".into()));
+        }
+        let l = l.trim_end_matches(['\n', '\r']);
+        if l.is_empty() {
+            return Ok(lines);
+        }
+        lines.push(l.to_string());
+    }
+}
+
+/// Reads a whole transaction in etcd's grammar, printing the prompts when interactive.
+pub fn read_txn(input: &mut dyn BufRead, interactive: bool, write_out: &str) -> Result<TxnRequest> {
+    let prompt = |p: &str| {
+        if interactive {
+            println!("{p}");
+        }
+    };
+    prompt("compares:");
+    let compare = read_section(input)?
+        .iter()
+        .map(|l| parse_compare(l))
+        .collect::<Result<Vec<_>>>()?;
+    prompt("success requests (get, put, del):");
+    let success = read_section(input)?
+        .iter()
+        .map(|l| parse_op(l, write_out))
+        .collect::<Result<Vec<_>>>()?;
+    prompt("failure requests (get, put, del):");
+    let failure = read_section(input)?
+        .iter()
+        .map(|l| parse_op(l, write_out))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(TxnRequest {
+        compare,
+        success,
+        failure,
+    })
+}
+
+pub async fn run(ctx: &Ctx, a: &TxnArgs) -> Result<()> {
+    let req = {
+        let stdin = std::io::stdin();
+        let mut lock = stdin.lock();
+        read_txn(&mut lock, a.interactive, &ctx.g.write_out)?
+    };
+    let c = ctx.client().await?;
+    let resp = c.unary(c.kv().txn(req)).await?;
+    ctx.print(|p, w| p.txn(w, &resp))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn argify_unquotes_like_go() {
+        assert_eq!(
+            argify(r#"put k "x y""#).ok(),
+            Some(vec!["put".into(), "k".into(), "x y".into()])
+        );
+        assert_eq!(
+            argify(r#"put k "a\nb""#).ok(),
+            Some(vec!["put".into(), "k".into(), "a\nb".into()])
+        );
+    }
+
+    #[test]
+    fn compares_parse_every_target() {
+        for l in [
+            r#"value("k") = "v""#,
+            r#"mod("k") > "0""#,
+            r#"create("k") != "0""#,
+            r#"version("k") < "3""#,
+            r#"c("k") = "1""#,
+        ] {
+            assert!(parse_compare(l).is_ok(), "{l}");
+        }
+        assert!(parse_compare("bogus").is_err());
+        assert!(parse_compare(r#"mod("k") = "x""#).is_err());
+        assert!(parse_compare(r#"value("k") ~ "x""#).is_err());
+    }
+
+    #[test]
+    fn txn_needs_three_terminated_sections() {
+        let mut ok = &b"value(\"a\") = \"b\"\n\nput a c\n\nget a\n\n"[..];
+        let t = read_txn(&mut ok, false, "simple").map_err(|e| e.to_string());
+        assert_eq!(
+            t.map(|t| (t.compare.len(), t.success.len(), t.failure.len())),
+            Ok((1, 1, 1))
+        );
+        let mut eof = &b"value(\"a\") = \"b\"\n\nput a c\n"[..];
+        assert_eq!(
+            read_txn(&mut eof, false, "simple")
+                .map_err(|e| e.to_string())
+                .err(),
+            Some("EOF".to_string())
+        );
+    }
+}

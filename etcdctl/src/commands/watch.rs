@@ -1,0 +1,192 @@
+//! `etcdctl watch`: streams the events on a key, a range or a prefix, optionally from a past
+//! revision; can run a command per event (`watch key -- cmd args`) or read watch requests
+//! interactively (`-i`).
+
+use std::io::BufRead;
+
+use clap::{Args, Parser};
+use proto::etcdserverpb::{WatchCreateRequest, WatchRequest, WatchResponse, watch_request};
+use tokio_stream::StreamExt;
+
+use super::{Ctx, key_range};
+use crate::client::Client;
+use crate::error::{CtlError, Result, status_message};
+use crate::global::go_bool;
+use crate::util::go_quote;
+
+/// Watches events stream on keys or prefixes
+#[derive(Args, Debug, Clone)]
+pub struct WatchArgs {
+    /// Interactive mode
+    #[arg(short = 'i', long, default_value = "false", num_args = 0..=1, default_missing_value = "true", require_equals = true, value_parser = go_bool)]
+    pub interactive: bool,
+    /// Watch on a prefix if prefix is set
+    #[arg(long, default_value = "false", num_args = 0..=1, default_missing_value = "true", require_equals = true, value_parser = go_bool)]
+    pub prefix: bool,
+    /// Revision to start watching
+    #[arg(long, default_value = "0", value_parser = super::go_i64)]
+    pub rev: i64,
+    /// get the previous key-value pair before the event happens
+    #[arg(long = "prev-kv", default_value = "false", num_args = 0..=1, default_missing_value = "true", require_equals = true, value_parser = go_bool)]
+    pub prev_kv: bool,
+    /// get periodic watch progress notification from server
+    #[arg(long = "progress-notify", default_value = "false", num_args = 0..=1, default_missing_value = "true", require_equals = true, value_parser = go_bool)]
+    pub progress_notify: bool,
+    /// [key or prefix] [range_end]
+    pub args: Vec<String>,
+    /// [exec-command arg1 arg2 ...] after `--`
+    #[arg(last = true)]
+    pub exec: Vec<String>,
+}
+
+/// One line typed in interactive mode: `watch [options] <key> [range_end]`.
+#[derive(Parser, Debug)]
+#[command(no_binary_name = true)]
+enum InteractiveLine {
+    Watch(WatchArgs),
+}
+
+fn create_request(a: &WatchArgs) -> Result<WatchRequest> {
+    if a.args.is_empty() || a.args.len() > 2 {
+        return Err(CtlError::bad_args("bad number of arguments"));
+    }
+    if a.prefix && a.args.len() > 1 {
+        return Err(CtlError::bad_args(
+            "`range_end` and `--prefix` are mutually exclusive",
+        ));
+    }
+    let end = a.args.get(1).map(|s| s.as_bytes());
+    let (key, range_end) = key_range(a.args[0].as_bytes(), end, a.prefix, false);
+    Ok(WatchRequest {
+        request_union: Some(watch_request::RequestUnion::CreateRequest(
+            WatchCreateRequest {
+                key,
+                range_end,
+                start_revision: a.rev,
+                progress_notify: a.progress_notify,
+                prev_kv: a.prev_kv,
+                ..Default::default()
+            },
+        )),
+    })
+}
+
+/// Runs the exec command once per event, with the event in ETCD_WATCH_* variables.
+fn run_exec(exec: &[String], resp: &WatchResponse) {
+    let Some((prog, args)) = exec.split_first() else {
+        return;
+    };
+    let rev = resp.header.map(|h| h.revision).unwrap_or_default();
+    for ev in &resp.events {
+        let kv = ev.kv.clone().unwrap_or_default();
+        let typ = if ev.r#type == 1 { "DELETE" } else { "PUT" };
+        let status = std::process::Command::new(prog)
+            .args(args)
+            .env("ETCD_WATCH_REVISION", rev.to_string())
+            .env("ETCD_WATCH_KEY", go_quote(&kv.key))
+            .env("ETCD_WATCH_EVENT_TYPE", go_quote(typ.as_bytes()))
+            .env("ETCD_WATCH_VALUE", go_quote(&kv.value))
+            .status();
+        if let Err(e) = status {
+            eprintln!("command {prog:?} failed ({e})");
+        }
+    }
+}
+
+/// Streams one watch until the server cancels it.
+async fn stream_watch(ctx: &Ctx, c: &Client, req: WatchRequest, exec: &[String]) -> Result<()> {
+    let (tx, rx) = tokio::sync::mpsc::channel::<WatchRequest>(1);
+    tx.send(req)
+        .await
+        .map_err(|_| CtlError::other("watch stream closed"))?;
+    let outbound = tokio_stream::wrappers::ReceiverStream::new(rx);
+    let mut client = c.watch();
+    let resp = tokio::time::timeout(c.command_timeout, client.watch(outbound))
+        .await
+        .map_err(|_| CtlError::other("context deadline exceeded"))?
+        .map_err(|s| CtlError::other(status_message(&s)))?;
+    let mut stream = resp.into_inner();
+    while let Some(msg) = stream.next().await {
+        let resp = msg.map_err(|s| CtlError::other(status_message(&s)))?;
+        if resp.canceled {
+            let reason = if !resp.cancel_reason.is_empty() {
+                resp.cancel_reason.clone()
+            } else if resp.compact_revision > 0 {
+                "etcdserver: mvcc: required revision has been compacted".to_string()
+            } else {
+                "canceled".to_string()
+            };
+            eprintln!("watch was canceled ({reason})");
+            return Err(CtlError::Interrupted(
+                "watch is canceled by the server".into(),
+            ));
+        }
+        // The creation acknowledgement is not an event; etcd's client never shows it.
+        if resp.created && resp.events.is_empty() {
+            continue;
+        }
+        ctx.print(|p, w| p.watch(w, &resp))?;
+        run_exec(exec, &resp);
+    }
+    // Keep the sender alive until here so the stream is not half-closed early.
+    drop(tx);
+    Err(CtlError::Interrupted(
+        "watch is canceled by the server".into(),
+    ))
+}
+
+pub async fn run(ctx: &Ctx, a: &WatchArgs) -> Result<()> {
+    if a.interactive {
+        return interactive(ctx).await;
+    }
+    let req = create_request(a)?;
+    let c = ctx.client().await?;
+    stream_watch(ctx, &c, req, &a.exec).await
+}
+
+/// Reads `watch ...` lines from stdin, starting a watch for each; ends at end of input.
+async fn interactive(ctx: &Ctx) -> Result<()> {
+    let c = ctx.client().await?;
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<String>>(8);
+    std::thread::spawn(move || {
+        let stdin = std::io::stdin();
+        for line in stdin.lock().lines() {
+            if tx.blocking_send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let mut tasks = tokio::task::JoinSet::new();
+    let ctx_printer = std::sync::Arc::new(Ctx::new(ctx.g.clone())?);
+    loop {
+        tokio::select! {
+            line = rx.recv() => {
+                let line = match line {
+                    Some(Ok(l)) => l,
+                    Some(Err(e)) => return Err(CtlError::InvalidInput(format!("Error reading watch request line: {e}"))),
+                    None => return Err(CtlError::InvalidInput("Error reading watch request line: EOF".into())),
+                };
+                let words = super::txn::argify(&line)?;
+                let parsed = InteractiveLine::try_parse_from(&words);
+                let Ok(InteractiveLine::Watch(wa)) = parsed else {
+                    eprintln!("Invalid command {line} (only support watch)");
+                    continue;
+                };
+                let req = match create_request(&wa) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        eprintln!("Invalid command {line} ({e})");
+                        continue;
+                    }
+                };
+                let (cc, pc) = (c.clone(), ctx_printer.clone());
+                tasks.spawn(async move { stream_watch(&pc, &cc, req, &wa.exec).await });
+            }
+            Some(done) = tasks.join_next(), if !tasks.is_empty() => {
+                if let Ok(Err(e)) = done {
+                    return Err(e);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! Small conversions etcdctl needs to look like a Go program: durations, booleans, integers
+//! with strconv's error texts, %q quoting and the `\x..` hex form of `--hex`.
+
+use std::time::Duration;
+
+/// Parses a Go duration ("2s", "500ms", "1m30s", "1.5h").
+pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
+    let err = || format!("time: invalid duration \"{s}\"");
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if s.is_empty() || s.starts_with('-') {
+        return Err(err());
+    }
+    let s2 = s.strip_prefix('+').unwrap_or(s);
+    let mut total = 0f64;
+    let mut rest = s2;
+    if rest.is_empty() {
+        return Err(err());
+    }
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(|| format!("time: missing unit in duration \"{s}\""))?;
+        if num_len == 0 {
+            return Err(err());
+        }
+        let num: f64 = rest[..num_len].parse().map_err(|_| err())?;
+        rest = &rest[num_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let mult = match &rest[..unit_len] {
+            "ns" => 1e-9,
+            "us" | "µs" | "μs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            u => return Err(format!("time: unknown unit \"{u}\" in duration \"{s}\"")),
+        };
+        total += num * mult;
+        rest = &rest[unit_len..];
+    }
+    Ok(Duration::from_secs_f64(total))
+}
+
+/// Formats a duration as Go's `time.Duration.String()` does ("19.353085ms", "1m2.5s").
+pub fn format_go_duration(d: Duration) -> String {
+    let ns = d.as_nanos();
+    if ns == 0 {
+        return "0s".to_string();
+    }
+    if ns < 1_000 {
+        return format!("{ns}ns");
+    }
+    if ns < 1_000_000 {
+        return format!("{}µs", trim_frac(ns, 1_000));
+    }
+    if ns < 1_000_000_000 {
+        return format!("{}ms", trim_frac(ns, 1_000_000));
+    }
+    let h = ns / 3_600_000_000_000;
+    let rem = ns % 3_600_000_000_000;
+    let m = rem / 60_000_000_000;
+    let s_ns = rem % 60_000_000_000;
+    let secs = trim_frac(s_ns, 1_000_000_000);
+    if h > 0 {
+        format!("{h}h{m}m{secs}s")
+    } else if m > 0 {
+        format!("{m}m{secs}s")
+    } else {
+        format!("{secs}s")
+    }
+}
+
+/// `value / unit` with the fraction printed without trailing zeros.
+fn trim_frac(value: u128, unit: u128) -> String {
+    let whole = value / unit;
+    let frac = value % unit;
+    if frac == 0 {
+        return whole.to_string();
+    }
+    let width = unit.to_string().len() - 1;
+    let f = format!("{frac:0width$}");
+    format!("{whole}.{}", f.trim_end_matches('0'))
+}
+
+/// Go's strconv.ParseBool.
+pub fn parse_go_bool(s: &str) -> Result<bool, String> {
+    match s {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
+        _ => Err(format!(
+            "strconv.ParseBool: parsing \"{s}\": invalid syntax"
+        )),
+    }
+}
+
+/// Go's strconv.ParseInt(s, base, 64) with its error text.
+pub fn parse_go_i64(s: &str, base: u32) -> Result<i64, String> {
+    let digits = s.strip_prefix('+').unwrap_or(s);
+    if digits.is_empty() || digits.starts_with('+') {
+        return Err(format!("strconv.ParseInt: parsing \"{s}\": invalid syntax"));
+    }
+    i64::from_str_radix(digits, base).map_err(|e| {
+        let why = match e.kind() {
+            std::num::IntErrorKind::PosOverflow | std::num::IntErrorKind::NegOverflow => {
+                "value out of range"
+            }
+            _ => "invalid syntax",
+        };
+        format!("strconv.ParseInt: parsing \"{s}\": {why}")
+    })
+}
+
+/// Go's strconv.ParseUint(s, base, 64) with its error text.
+pub fn parse_go_u64(s: &str, base: u32) -> Result<u64, String> {
+    if s.is_empty() || s.starts_with('+') || s.starts_with('-') {
+        return Err(format!(
+            "strconv.ParseUint: parsing \"{s}\": invalid syntax"
+        ));
+    }
+    u64::from_str_radix(s, base).map_err(|e| {
+        let why = match e.kind() {
+            std::num::IntErrorKind::PosOverflow => "value out of range",
+            _ => "invalid syntax",
+        };
+        format!("strconv.ParseUint: parsing \"{s}\": {why}")
+    })
+}
+
+/// An I/O error worded as Go's os package words it: "open <path>: no such file or directory".
+pub fn go_io_error(op: &str, path: &str, e: &std::io::Error) -> String {
+    let msg = match e.kind() {
+        std::io::ErrorKind::NotFound => "no such file or directory".to_string(),
+        std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
+        std::io::ErrorKind::AlreadyExists => "file exists".to_string(),
+        _ => {
+            let m = e.to_string();
+            let m = m.split(" (os error").next().unwrap_or(&m).to_string();
+            let mut c = m.chars();
+            match c.next() {
+                Some(f) => f.to_lowercase().chain(c).collect(),
+                None => m,
+            }
+        }
+    };
+    format!("{op} {path}: {msg}")
+}
+
+/// Go's `%q` of a string (strconv.Quote): printable text kept, the rest escaped.
+pub fn go_quote(b: &[u8]) -> String {
+    let mut out = String::from("\"");
+    let mut i = 0;
+    while i < b.len() {
+        // Decode one UTF-8 char if valid, else escape the byte.
+        let rest = &b[i..];
+        let valid = match std::str::from_utf8(rest) {
+            Ok(s) => s,
+            Err(e) => {
+                // Safety of the slice: valid_up_to is a char boundary of valid UTF-8.
+                std::str::from_utf8(&rest[..e.valid_up_to()]).unwrap_or("")
+            }
+        };
+        if let Some(c) = valid.chars().next() {
+            match c {
+                '\x07' => out.push_str("\\a"),
+                '\x08' => out.push_str("\\b"),
+                '\x0c' => out.push_str("\\f"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                '\x0b' => out.push_str("\\v"),
+                '\\' => out.push_str("\\\\"),
+                '"' => out.push_str("\\\""),
+                c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                    out.push_str(&format!("\\x{:02x}", c as u32))
+                }
+                c if c.is_control() => {
+                    let v = c as u32;
+                    if v < 0x10000 {
+                        out.push_str(&format!("\\u{v:04x}"))
+                    } else {
+                        out.push_str(&format!("\\U{v:08x}"))
+                    }
+                }
+                c => out.push(c),
+            }
+            i += c.len_utf8();
+        } else {
+            out.push_str(&format!("\\x{:02x}", b[i]));
+            i += 1;
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// The `--hex` form of bytes: every byte as `\xNN`.
+pub fn hex_escape(b: &[u8]) -> String {
+    let mut s = String::with_capacity(b.len() * 4);
+    for x in b {
+        s.push_str(&format!("\\x{x:02x}"));
+    }
+    s
+}
+
+/// The end of the range that holds every key starting with `key` (etcd's prefix end).
+pub fn prefix_end(key: &[u8]) -> Vec<u8> {
+    let mut end = key.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    // All bytes were 0xff (or the key is empty): the range runs to the end of the keyspace.
+    vec![0]
+}
+
+/// Human-readable byte size as Go's go-humanize `Bytes` (SI units: "20 kB", "1.2 MB").
+pub fn humanize_bytes(n: u64) -> String {
+    if n < 10 {
+        return format!("{n} B");
+    }
+    let sizes = ["B", "kB", "MB", "GB", "TB", "PB", "EB"];
+    let e = ((n as f64).ln() / 1000f64.ln()).floor() as usize;
+    let e = e.min(sizes.len() - 1);
+    let val = (n as f64 / 1000f64.powi(e as i32) * 10.0 + 0.5).floor() / 10.0;
+    if val < 10.0 {
+        format!("{val:.1} {}", sizes[e])
+    } else {
+        format!("{val:.0} {}", sizes[e])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_and_print_as_go() {
+        assert_eq!(parse_go_duration("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_go_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_go_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert!(parse_go_duration("abc").is_err());
+        assert!(parse_go_duration("5").is_err());
+        assert_eq!(
+            format_go_duration(Duration::from_nanos(19_353_085)),
+            "19.353085ms"
+        );
+        assert_eq!(format_go_duration(Duration::from_millis(1500)), "1.5s");
+        assert_eq!(format_go_duration(Duration::from_secs(62)), "1m2s");
+        assert_eq!(format_go_duration(Duration::from_secs(3600)), "1h0m0s");
+    }
+
+    #[test]
+    fn ints_fail_with_strconv_text() {
+        assert_eq!(
+            parse_go_i64("zz", 16),
+            Err("strconv.ParseInt: parsing \"zz\": invalid syntax".to_string())
+        );
+        assert_eq!(parse_go_i64("-12", 10), Ok(-12));
+        assert_eq!(parse_go_u64("ff", 16), Ok(255));
+    }
+
+    #[test]
+    fn quoting_matches_go() {
+        assert_eq!(go_quote(b"a\"b\n"), "\"a\\\"b\\n\"");
+        assert_eq!(go_quote(b"\xff"), "\"\\xff\"");
+        assert_eq!(go_quote("é".as_bytes()), "\"é\"");
+    }
+
+    #[test]
+    fn prefix_end_carries() {
+        assert_eq!(prefix_end(b"p/"), b"p0".to_vec());
+        assert_eq!(prefix_end(b"a\xff"), b"b".to_vec());
+        assert_eq!(prefix_end(b""), vec![0]);
+    }
+
+    #[test]
+    fn sizes_as_humanize() {
+        assert_eq!(humanize_bytes(20480), "20 kB");
+        assert_eq!(humanize_bytes(25 * 1024), "26 kB");
+        assert_eq!(humanize_bytes(1_234_567), "1.2 MB");
+        assert_eq!(humanize_bytes(5), "5 B");
+    }
+}

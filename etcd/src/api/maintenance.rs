@@ -39,10 +39,8 @@ impl Maintenance for MaintenanceService {
             })
             .await?;
         match out.result? {
-            Applied::Alarm(mut a) => {
-                a.header = self.server.header(out.revision);
-                Ok(Response::new(a))
-            }
+            // etcd answers alarm calls without a header.
+            Applied::Alarm(a) => Ok(Response::new(a)),
             _ => Err(Status::internal(
                 "alarm: apply returned another kind of result",
             )),
@@ -137,7 +135,8 @@ impl Maintenance for MaintenanceService {
         Ok(Response::new(HashKvResponse {
             header: self.server.header(self.server.kv().current_rev()),
             hash,
-            compact_revision: compact,
+            // etcd reports -1 until the first compaction.
+            compact_revision: if compact == 0 { -1 } else { compact },
             hash_revision: hashed,
         }))
     }

@@ -183,10 +183,11 @@ fn sort_and_filter(r: &RangeRequest, rr: RangeResult) -> RangeResponse {
                 SortTarget::Value => a.value.cmp(&b.value),
             }
         };
-        // Stable, so equal targets stay in key order as etcd's.
-        kvs.sort_by(cmp);
+        // Stable in both directions: equal targets stay in key order, as etcd's small sorts do.
         if order == SortOrder::Descend {
-            kvs.reverse();
+            kvs.sort_by(|a, b| cmp(b, a));
+        } else {
+            kvs.sort_by(cmp);
         }
     }
     let mut more = false;

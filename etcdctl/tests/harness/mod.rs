@@ -40,7 +40,12 @@ impl Server {
 
     /// Starts a server with extra etcd flags.
     pub fn start_with(dir: &Path, name: &str, extra: &[&str]) -> Server {
-        let etcd = RealEtcd::start_with(&dir.join(name), "default", extra);
+        Self::start_bin("etcd", dir, name, extra)
+    }
+
+    /// Starts another etcd-compatible server binary (e.g. etcd-rs) as this twin.
+    pub fn start_bin(bin: &str, dir: &Path, name: &str, extra: &[&str]) -> Server {
+        let etcd = RealEtcd::start_bin(bin, &dir.join(name), "default", extra);
         let out = etcd.etcdctl_ok(&["endpoint", "status", "-w", "json"]);
         let v: serde_json::Value = serde_json::from_str(&out).expect("status json");
         let hdr = &v[0]["Status"]["header"];
@@ -512,7 +517,12 @@ impl Twin {
     pub fn start_with(extra: &[&str]) -> Twin {
         let dir = tempfile::tempdir().expect("tempdir");
         let go = Server::start_with(dir.path(), "go", extra);
-        let ours = Server::start_with(dir.path(), "ours", extra);
+        // TWIN_SERVER_BIN=<path to an etcd binary> runs our etcdctl against that server
+        // (etcd-rs) while the Go etcdctl keeps the real etcd: the tables then compare both.
+        let ours = match std::env::var("TWIN_SERVER_BIN") {
+            Ok(bin) if !bin.is_empty() => Server::start_bin(&bin, dir.path(), "ours", extra),
+            _ => Server::start_with(dir.path(), "ours", extra),
+        };
         Twin { dir, go, ours }
     }
 

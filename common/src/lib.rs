@@ -6,5 +6,6 @@
 
 pub mod backend;
 pub mod fileutil;
+pub mod gofmt;
 pub mod snap;
 pub mod wal;

@@ -1,101 +1,7 @@
 //! Small conversions etcdctl needs to look like a Go program: durations, booleans, integers
 //! with strconv's error texts, %q quoting and the `\x..` hex form of `--hex`.
 
-use std::time::Duration;
-
-/// Parses a Go duration ("2s", "500ms", "1m30s", "1.5h").
-pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
-    let err = || format!("time: invalid duration \"{s}\"");
-    if s == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if s.is_empty() || s.starts_with('-') {
-        return Err(err());
-    }
-    let s2 = s.strip_prefix('+').unwrap_or(s);
-    let mut total = 0f64;
-    let mut rest = s2;
-    if rest.is_empty() {
-        return Err(err());
-    }
-    while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(|| format!("time: missing unit in duration \"{s}\""))?;
-        if num_len == 0 {
-            return Err(err());
-        }
-        let num: f64 = rest[..num_len].parse().map_err(|_| err())?;
-        rest = &rest[num_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let mult = match &rest[..unit_len] {
-            "ns" => 1e-9,
-            "us" | "µs" | "μs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            u => return Err(format!("time: unknown unit \"{u}\" in duration \"{s}\"")),
-        };
-        total += num * mult;
-        rest = &rest[unit_len..];
-    }
-    Ok(Duration::from_secs_f64(total))
-}
-
-/// Formats a duration as Go's `time.Duration.String()` does ("19.353085ms", "1m2.5s").
-pub fn format_go_duration(d: Duration) -> String {
-    let ns = d.as_nanos();
-    if ns == 0 {
-        return "0s".to_string();
-    }
-    if ns < 1_000 {
-        return format!("{ns}ns");
-    }
-    if ns < 1_000_000 {
-        return format!("{}µs", trim_frac(ns, 1_000));
-    }
-    if ns < 1_000_000_000 {
-        return format!("{}ms", trim_frac(ns, 1_000_000));
-    }
-    let h = ns / 3_600_000_000_000;
-    let rem = ns % 3_600_000_000_000;
-    let m = rem / 60_000_000_000;
-    let s_ns = rem % 60_000_000_000;
-    let secs = trim_frac(s_ns, 1_000_000_000);
-    if h > 0 {
-        format!("{h}h{m}m{secs}s")
-    } else if m > 0 {
-        format!("{m}m{secs}s")
-    } else {
-        format!("{secs}s")
-    }
-}
-
-/// `value / unit` with the fraction printed without trailing zeros.
-fn trim_frac(value: u128, unit: u128) -> String {
-    let whole = value / unit;
-    let frac = value % unit;
-    if frac == 0 {
-        return whole.to_string();
-    }
-    let width = unit.to_string().len() - 1;
-    let f = format!("{frac:0width$}");
-    format!("{whole}.{}", f.trim_end_matches('0'))
-}
-
-/// Go's strconv.ParseBool.
-pub fn parse_go_bool(s: &str) -> Result<bool, String> {
-    match s {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
-        _ => Err(format!(
-            "strconv.ParseBool: parsing \"{s}\": invalid syntax"
-        )),
-    }
-}
+pub use common::gofmt::{format_go_duration, parse_go_bool, parse_go_duration};
 
 /// Go's strconv.ParseInt(s, base, 64) with its error text.
 pub fn parse_go_i64(s: &str, base: u32) -> Result<i64, String> {
@@ -238,22 +144,6 @@ pub fn humanize_bytes(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_parse_and_print_as_go() {
-        assert_eq!(parse_go_duration("2s"), Ok(Duration::from_secs(2)));
-        assert_eq!(parse_go_duration("1m30s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_go_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert!(parse_go_duration("abc").is_err());
-        assert!(parse_go_duration("5").is_err());
-        assert_eq!(
-            format_go_duration(Duration::from_nanos(19_353_085)),
-            "19.353085ms"
-        );
-        assert_eq!(format_go_duration(Duration::from_millis(1500)), "1.5s");
-        assert_eq!(format_go_duration(Duration::from_secs(62)), "1m2s");
-        assert_eq!(format_go_duration(Duration::from_secs(3600)), "1h0m0s");
-    }
 
     #[test]
     fn ints_fail_with_strconv_text() {

@@ -515,11 +515,7 @@ impl FlagValues {
 
 /// Parses Go's bool syntax.
 pub fn parse_bool(s: &str) -> Option<bool> {
-    match s {
-        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
-        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
-        _ => None,
-    }
+    common::gofmt::parse_go_bool(s).ok()
 }
 
 /// Parses `args` (without the program name) and the environment. Errors are etcd's texts.

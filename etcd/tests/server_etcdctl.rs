@@ -527,3 +527,64 @@ fn quota_raises_nospace_until_disarmed() {
     let (code, _, err) = ctl(&ours, &["put", "small", "x"], None);
     assert_eq!(code, 0, "{err}");
 }
+
+/// `etcdctl lock` over our Lock service: a second locker waits until the first releases.
+#[test]
+fn lock_serialises_two_holders() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ours = RealEtcd::start_bin(OURS, &tmp.path().join("ours"), "node", &[]);
+    let log = tmp.path().join("order.txt");
+    let log_s = log.display().to_string();
+    let first = Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .args([
+            "--endpoints",
+            &ours.client_url,
+            "lock",
+            "the-lock",
+            "--",
+            "sh",
+            "-c",
+        ])
+        .arg(format!(
+            "echo A-start >> {log_s}; sleep 1; echo A-end >> {log_s}"
+        ))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Let the first one take the lock.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("A-start")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first locker never got the lock"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let (code, _, err) = ctl(
+        &ours,
+        &[
+            "lock",
+            "the-lock",
+            "--",
+            "sh",
+            "-c",
+            &format!("echo B >> {log_s}"),
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    let mut first = first;
+    assert!(first.wait().unwrap().success());
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        "A-start\nA-end\nB\n"
+    );
+    // Both released: no lock key is left.
+    let (_, out, _) = ctl(&ours, &["get", "the-lock", "--prefix", "--keys-only"], None);
+    assert_eq!(out, "");
+}

@@ -6,6 +6,7 @@ pub mod cluster;
 pub mod errors;
 pub mod kv;
 pub mod lease;
+pub mod lock;
 pub mod maintenance;
 pub mod serve;
 pub mod watch;

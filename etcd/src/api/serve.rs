@@ -16,6 +16,7 @@ use super::authority::AuthorityFix;
 use super::cluster::ClusterService;
 use super::kv::KvService;
 use super::lease::LeaseService;
+use super::lock::LockService;
 use super::maintenance::MaintenanceService;
 use super::watch::WatchService;
 use crate::config::Url;
@@ -76,6 +77,12 @@ pub async fn serve(
         )
         .add_service(
             LeaseServer::new(LeaseService {
+                server: server.clone(),
+            })
+            .max_decoding_message_size(max),
+        )
+        .add_service(
+            proto::v3lockpb::lock_server::LockServer::new(LockService {
                 server: server.clone(),
             })
             .max_decoding_message_size(max),

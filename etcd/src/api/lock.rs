@@ -1,0 +1,158 @@
+// The Lock service (v3lockpb): a lock is a key `<name>/<lease hex>` created under the caller's
+// lease; the holder is the key with the lowest create revision under `<name>/`. Lock waits
+// until every older key is gone, so waiters are served in order (etcd's lock recipe).
+
+use std::sync::Arc;
+
+use proto::etcdserverpb::{
+    Compare, DeleteRangeRequest, InternalRaftRequest, PutRequest, RangeRequest, RequestOp,
+    TxnRequest, compare, request_op::Request as Op, response_op::Response as OpResp,
+};
+use proto::v3lockpb::{
+    LockRequest, LockResponse, UnlockRequest, UnlockResponse, lock_server::Lock,
+};
+use tonic::{Request, Response, Status};
+
+use super::errors;
+use crate::apply::kv::LeaseLookup;
+use crate::mvcc::KeyRange;
+use crate::server::EtcdServer;
+use crate::server::apply::Applied;
+
+pub struct LockService {
+    pub server: Arc<EtcdServer>,
+}
+
+/// The smallest key greater than every key starting with `prefix`.
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+impl LockService {
+    /// Creates our key if it is not there yet; returns its create revision.
+    async fn acquire_key(&self, key: &[u8], lease: i64) -> Result<i64, Status> {
+        let txn = TxnRequest {
+            compare: vec![Compare {
+                result: compare::CompareResult::Equal as i32,
+                target: compare::CompareTarget::Create as i32,
+                key: key.to_vec(),
+                target_union: Some(compare::TargetUnion::CreateRevision(0)),
+                range_end: Vec::new(),
+            }],
+            success: vec![RequestOp {
+                request: Some(Op::RequestPut(PutRequest {
+                    key: key.to_vec(),
+                    lease,
+                    ..Default::default()
+                })),
+            }],
+            failure: vec![RequestOp {
+                request: Some(Op::RequestRange(RangeRequest {
+                    key: key.to_vec(),
+                    ..Default::default()
+                })),
+            }],
+        };
+        let out = self
+            .server
+            .propose(InternalRaftRequest {
+                txn: Some(txn),
+                ..Default::default()
+            })
+            .await?;
+        match out.result? {
+            Applied::Txn(t) if t.succeeded => Ok(out.revision),
+            Applied::Txn(t) => match t.responses.first().and_then(|r| r.response.as_ref()) {
+                Some(OpResp::ResponseRange(r)) => r
+                    .kvs
+                    .first()
+                    .map(|kv| kv.create_revision)
+                    .ok_or_else(|| Status::internal("lock key vanished")),
+                _ => Err(Status::internal("unexpected lock txn response")),
+            },
+            _ => Err(Status::internal("unexpected lock apply result")),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl Lock for LockService {
+    async fn lock(&self, r: Request<LockRequest>) -> Result<Response<LockResponse>, Status> {
+        let r = r.into_inner();
+        if !self.server.lessor().lease_exists(r.lease) {
+            return Err(errors::LEASE_NOT_FOUND.status());
+        }
+        let mut prefix = r.name.clone();
+        prefix.push(b'/');
+        let mut key = prefix.clone();
+        key.extend_from_slice(format!("{:x}", r.lease).as_bytes());
+        let my_rev = self.acquire_key(&key, r.lease).await?;
+        let end = prefix_end(&prefix);
+        let store = self.server.kv().clone();
+        let mut revs = store.subscribe_rev();
+        loop {
+            // Held once no key under the prefix is older than ours.
+            let older = store
+                .range(KeyRange::new(&prefix, &end), 0, 0)
+                .map_err(crate::apply::kv::mvcc_error)?
+                .kvs
+                .iter()
+                .any(|kv| kv.create_revision < my_rev);
+            let mine = store
+                .range(KeyRange::new(&key, b""), 0, 0)
+                .map_err(crate::apply::kv::mvcc_error)?
+                .kvs
+                .first()
+                .is_some_and(|kv| kv.create_revision == my_rev);
+            if !mine {
+                // Our lease expired or was revoked while we waited.
+                return Err(errors::LEASE_NOT_FOUND.status());
+            }
+            if !older {
+                break;
+            }
+            if revs.changed().await.is_err() {
+                return Err(errors::STOPPED.status());
+            }
+        }
+        Ok(Response::new(LockResponse {
+            header: self.server.header(store.current_rev()),
+            key,
+        }))
+    }
+
+    async fn unlock(&self, r: Request<UnlockRequest>) -> Result<Response<UnlockResponse>, Status> {
+        let out = self
+            .server
+            .propose(InternalRaftRequest {
+                delete_range: Some(DeleteRangeRequest {
+                    key: r.into_inner().key,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .await?;
+        out.result?;
+        Ok(Response::new(UnlockResponse {
+            header: self.server.header(out.revision),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prefix_end;
+
+    #[test]
+    fn prefix_ends() {
+        assert_eq!(prefix_end(b"a/"), b"a0".to_vec());
+        assert_eq!(prefix_end(b"a\xff"), b"b".to_vec());
+    }
+}

@@ -16,4 +16,4 @@ echo "== etcdctl tables against etcd-rs (real etcdctl on etcd 3.4 vs ours on etc
 target_dir="${CARGO_TARGET_DIR:-target}"
 TWIN_SERVER_BIN="$(cd "$target_dir/debug" && pwd)/etcd" \
   cargo test -p etcdctl --test compat -- \
-  kv_commands txn_matches watch_matches lease_commands alarms_match make_mirror
+  kv_commands txn_matches watch_matches lease_commands alarms_match make_mirror snapshot_lock_elect

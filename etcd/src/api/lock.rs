@@ -24,7 +24,7 @@ pub struct LockService {
 }
 
 /// The smallest key greater than every key starting with `prefix`.
-fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     let mut end = prefix.to_vec();
     while let Some(last) = end.pop() {
         if last < 0xff {
@@ -35,49 +35,84 @@ fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     vec![0]
 }
 
-impl LockService {
-    /// Creates our key if it is not there yet; returns its create revision.
-    async fn acquire_key(&self, key: &[u8], lease: i64) -> Result<i64, Status> {
-        let txn = TxnRequest {
-            compare: vec![Compare {
-                result: compare::CompareResult::Equal as i32,
-                target: compare::CompareTarget::Create as i32,
+/// Creates `key` = `value` under `lease` if it is not there yet; returns its create revision
+/// and whether this call created it.
+pub(crate) async fn create_once(
+    server: &EtcdServer,
+    key: &[u8],
+    value: &[u8],
+    lease: i64,
+) -> Result<(i64, bool), Status> {
+    let txn = TxnRequest {
+        compare: vec![Compare {
+            result: compare::CompareResult::Equal as i32,
+            target: compare::CompareTarget::Create as i32,
+            key: key.to_vec(),
+            target_union: Some(compare::TargetUnion::CreateRevision(0)),
+            range_end: Vec::new(),
+        }],
+        success: vec![RequestOp {
+            request: Some(Op::RequestPut(PutRequest {
                 key: key.to_vec(),
-                target_union: Some(compare::TargetUnion::CreateRevision(0)),
-                range_end: Vec::new(),
-            }],
-            success: vec![RequestOp {
-                request: Some(Op::RequestPut(PutRequest {
-                    key: key.to_vec(),
-                    lease,
-                    ..Default::default()
-                })),
-            }],
-            failure: vec![RequestOp {
-                request: Some(Op::RequestRange(RangeRequest {
-                    key: key.to_vec(),
-                    ..Default::default()
-                })),
-            }],
-        };
-        let out = self
-            .server
-            .propose(InternalRaftRequest {
-                txn: Some(txn),
+                value: value.to_vec(),
+                lease,
                 ..Default::default()
-            })
-            .await?;
-        match out.result? {
-            Applied::Txn(t) if t.succeeded => Ok(out.revision),
-            Applied::Txn(t) => match t.responses.first().and_then(|r| r.response.as_ref()) {
-                Some(OpResp::ResponseRange(r)) => r
-                    .kvs
-                    .first()
-                    .map(|kv| kv.create_revision)
-                    .ok_or_else(|| Status::internal("lock key vanished")),
-                _ => Err(Status::internal("unexpected lock txn response")),
-            },
-            _ => Err(Status::internal("unexpected lock apply result")),
+            })),
+        }],
+        failure: vec![RequestOp {
+            request: Some(Op::RequestRange(RangeRequest {
+                key: key.to_vec(),
+                ..Default::default()
+            })),
+        }],
+    };
+    let out = server
+        .propose(InternalRaftRequest {
+            txn: Some(txn),
+            ..Default::default()
+        })
+        .await?;
+    match out.result? {
+        Applied::Txn(t) if t.succeeded => Ok((out.revision, true)),
+        Applied::Txn(t) => match t.responses.first().and_then(|r| r.response.as_ref()) {
+            Some(OpResp::ResponseRange(r)) => r
+                .kvs
+                .first()
+                .map(|kv| (kv.create_revision, false))
+                .ok_or_else(|| Status::internal("lock key vanished")),
+            _ => Err(Status::internal("unexpected lock txn response")),
+        },
+        _ => Err(Status::internal("unexpected lock apply result")),
+    }
+}
+
+/// Waits until `key` (created at `my_rev`) is the oldest key under `prefix`: the lock holder or
+/// the elected leader. Fails if the key disappears meanwhile (its lease ended).
+pub(crate) async fn wait_oldest(
+    server: &EtcdServer,
+    prefix: &[u8],
+    key: &[u8],
+    my_rev: i64,
+) -> Result<(), Status> {
+    let end = prefix_end(prefix);
+    let store = server.kv().clone();
+    let mut revs = store.subscribe_rev();
+    loop {
+        let under = store
+            .range(KeyRange::new(prefix, &end), 0, 0)
+            .map_err(crate::apply::kv::mvcc_error)?
+            .kvs;
+        if !under
+            .iter()
+            .any(|kv| kv.key == key && kv.create_revision == my_rev)
+        {
+            return Err(errors::LEASE_NOT_FOUND.status());
+        }
+        if !under.iter().any(|kv| kv.create_revision < my_rev) {
+            return Ok(());
+        }
+        if revs.changed().await.is_err() {
+            return Err(errors::STOPPED.status());
         }
     }
 }
@@ -93,35 +128,9 @@ impl Lock for LockService {
         prefix.push(b'/');
         let mut key = prefix.clone();
         key.extend_from_slice(format!("{:x}", r.lease).as_bytes());
-        let my_rev = self.acquire_key(&key, r.lease).await?;
-        let end = prefix_end(&prefix);
-        let store = self.server.kv().clone();
-        let mut revs = store.subscribe_rev();
-        loop {
-            // Held once no key under the prefix is older than ours.
-            let older = store
-                .range(KeyRange::new(&prefix, &end), 0, 0)
-                .map_err(crate::apply::kv::mvcc_error)?
-                .kvs
-                .iter()
-                .any(|kv| kv.create_revision < my_rev);
-            let mine = store
-                .range(KeyRange::new(&key, b""), 0, 0)
-                .map_err(crate::apply::kv::mvcc_error)?
-                .kvs
-                .first()
-                .is_some_and(|kv| kv.create_revision == my_rev);
-            if !mine {
-                // Our lease expired or was revoked while we waited.
-                return Err(errors::LEASE_NOT_FOUND.status());
-            }
-            if !older {
-                break;
-            }
-            if revs.changed().await.is_err() {
-                return Err(errors::STOPPED.status());
-            }
-        }
+        let (my_rev, _) = create_once(&self.server, &key, b"", r.lease).await?;
+        wait_oldest(&self.server, &prefix, &key, my_rev).await?;
+        let store = self.server.kv();
         Ok(Response::new(LockResponse {
             header: self.server.header(store.current_rev()),
             key,

@@ -3,6 +3,7 @@
 
 pub mod authority;
 pub mod cluster;
+pub mod election;
 pub mod errors;
 pub mod kv;
 pub mod lease;

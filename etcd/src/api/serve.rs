@@ -14,6 +14,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 use super::authority::AuthorityFix;
 
 use super::cluster::ClusterService;
+use super::election::ElectionService;
 use super::kv::KvService;
 use super::lease::LeaseService;
 use super::lock::LockService;
@@ -83,6 +84,12 @@ pub async fn serve(
         )
         .add_service(
             proto::v3lockpb::lock_server::LockServer::new(LockService {
+                server: server.clone(),
+            })
+            .max_decoding_message_size(max),
+        )
+        .add_service(
+            proto::v3electionpb::election_server::ElectionServer::new(ElectionService {
                 server: server.clone(),
             })
             .max_decoding_message_size(max),

@@ -1,0 +1,203 @@
+// The Election service (v3electionpb), on the same recipe as the Lock service: a candidate's
+// key `<name>/<lease hex>` holds its value; the leader is the oldest key under `<name>/`.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use proto::etcdserverpb::{
+    Compare, DeleteRangeRequest, InternalRaftRequest, PutRequest, RequestOp, TxnRequest, compare,
+    request_op::Request as Op,
+};
+use proto::mvccpb::KeyValue;
+use proto::v3electionpb::{
+    CampaignRequest, CampaignResponse, LeaderKey, LeaderRequest, LeaderResponse, ProclaimRequest,
+    ProclaimResponse, ResignRequest, ResignResponse, election_server::Election,
+};
+use tokio::sync::mpsc;
+use tokio_stream::{Stream, wrappers::ReceiverStream};
+use tonic::{Request, Response, Status};
+
+use super::errors;
+use super::lock::{create_once, prefix_end, wait_oldest};
+use crate::apply::kv::LeaseLookup;
+use crate::mvcc::KeyRange;
+use crate::server::EtcdServer;
+use crate::server::apply::Applied;
+
+pub struct ElectionService {
+    pub server: Arc<EtcdServer>,
+}
+
+fn prefix_of(name: &[u8]) -> Vec<u8> {
+    let mut p = name.to_vec();
+    p.push(b'/');
+    p
+}
+
+/// The current leader's key-value: the oldest key under the election's prefix.
+fn leader_kv(server: &EtcdServer, name: &[u8]) -> Result<Option<KeyValue>, Status> {
+    let prefix = prefix_of(name);
+    let end = prefix_end(&prefix);
+    let kvs = server
+        .kv()
+        .range(KeyRange::new(&prefix, &end), 0, 0)
+        .map_err(crate::apply::kv::mvcc_error)?
+        .kvs;
+    Ok(kvs.into_iter().min_by_key(|kv| kv.create_revision))
+}
+
+/// Runs `op` only while `leader` still holds its key at its revision; false if it does not.
+async fn if_leader(server: &EtcdServer, leader: &LeaderKey, op: Op) -> Result<bool, Status> {
+    let txn = TxnRequest {
+        compare: vec![Compare {
+            result: compare::CompareResult::Equal as i32,
+            target: compare::CompareTarget::Create as i32,
+            key: leader.key.clone(),
+            target_union: Some(compare::TargetUnion::CreateRevision(leader.rev)),
+            range_end: Vec::new(),
+        }],
+        success: vec![RequestOp { request: Some(op) }],
+        failure: Vec::new(),
+    };
+    let out = server
+        .propose(InternalRaftRequest {
+            txn: Some(txn),
+            ..Default::default()
+        })
+        .await?;
+    match out.result? {
+        Applied::Txn(t) => Ok(t.succeeded),
+        _ => Err(Status::internal("unexpected election apply result")),
+    }
+}
+
+fn not_leader() -> Status {
+    Status::failed_precondition("election: not leader")
+}
+
+#[tonic::async_trait]
+impl Election for ElectionService {
+    async fn campaign(
+        &self,
+        r: Request<CampaignRequest>,
+    ) -> Result<Response<CampaignResponse>, Status> {
+        let r = r.into_inner();
+        if !self.server.lessor().lease_exists(r.lease) {
+            return Err(errors::LEASE_NOT_FOUND.status());
+        }
+        let prefix = prefix_of(&r.name);
+        let mut key = prefix.clone();
+        key.extend_from_slice(format!("{:x}", r.lease).as_bytes());
+        let (rev, created) = create_once(&self.server, &key, &r.value, r.lease).await?;
+        let leader = LeaderKey {
+            name: r.name.clone(),
+            key: key.clone(),
+            rev,
+            lease: r.lease,
+        };
+        if !created {
+            // A candidate that campaigns again with its key in place proclaims the new value.
+            let put = Op::RequestPut(PutRequest {
+                key: key.clone(),
+                value: r.value.clone(),
+                lease: r.lease,
+                ..Default::default()
+            });
+            if !if_leader(&self.server, &leader, put).await? {
+                return Err(not_leader());
+            }
+        }
+        wait_oldest(&self.server, &prefix, &key, rev).await?;
+        Ok(Response::new(CampaignResponse {
+            header: self.server.header(self.server.kv().current_rev()),
+            leader: Some(leader),
+        }))
+    }
+
+    async fn proclaim(
+        &self,
+        r: Request<ProclaimRequest>,
+    ) -> Result<Response<ProclaimResponse>, Status> {
+        let r = r.into_inner();
+        let leader = r.leader.ok_or_else(not_leader)?;
+        let put = Op::RequestPut(PutRequest {
+            key: leader.key.clone(),
+            value: r.value,
+            lease: leader.lease,
+            ..Default::default()
+        });
+        if !if_leader(&self.server, &leader, put).await? {
+            return Err(not_leader());
+        }
+        Ok(Response::new(ProclaimResponse {
+            header: self.server.header(self.server.kv().current_rev()),
+        }))
+    }
+
+    async fn leader(&self, r: Request<LeaderRequest>) -> Result<Response<LeaderResponse>, Status> {
+        let name = r.into_inner().name;
+        match leader_kv(&self.server, &name)? {
+            Some(kv) => Ok(Response::new(LeaderResponse {
+                header: self.server.header(self.server.kv().current_rev()),
+                kv: Some(kv),
+            })),
+            None => Err(Status::failed_precondition("election: no leader")),
+        }
+    }
+
+    type ObserveStream = Pin<Box<dyn Stream<Item = Result<LeaderResponse, Status>> + Send>>;
+
+    async fn observe(
+        &self,
+        r: Request<LeaderRequest>,
+    ) -> Result<Response<Self::ObserveStream>, Status> {
+        let name = r.into_inner().name;
+        let server = self.server.clone();
+        let (tx, rx) = mpsc::channel(16);
+        tokio::spawn(async move {
+            let mut revs = server.kv().subscribe_rev();
+            let mut last: Option<(Vec<u8>, i64)> = None;
+            loop {
+                match leader_kv(&server, &name) {
+                    Ok(Some(kv)) => {
+                        let seen = (kv.key.clone(), kv.mod_revision);
+                        if last.as_ref() != Some(&seen) {
+                            last = Some(seen);
+                            let resp = LeaderResponse {
+                                header: server.header(server.kv().current_rev()),
+                                kv: Some(kv),
+                            };
+                            if tx.send(Ok(resp)).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    Ok(None) => last = None,
+                    Err(e) => {
+                        let _ = tx.send(Err(e)).await;
+                        return;
+                    }
+                }
+                tokio::select! {
+                    changed = revs.changed() => if changed.is_err() { return; },
+                    _ = tx.closed() => return,
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn resign(&self, r: Request<ResignRequest>) -> Result<Response<ResignResponse>, Status> {
+        if let Some(leader) = r.into_inner().leader {
+            let del = Op::RequestDeleteRange(DeleteRangeRequest {
+                key: leader.key.clone(),
+                ..Default::default()
+            });
+            // Resigning when no longer the leader is not an error (nothing to give up).
+            if_leader(&self.server, &leader, del).await?;
+        }
+        Ok(Response::new(ResignResponse {
+            header: self.server.header(self.server.kv().current_rev()),
+        }))
+    }
+}

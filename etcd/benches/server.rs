@@ -4,7 +4,9 @@
 //
 // Run: scripts/bench.sh server   (needs Debian's etcd-server: scripts/deps.sh)
 
-use std::process::{Child, Command, Stdio};
+#[path = "../../common/tests/support/mod.rs"]
+mod support;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -13,56 +15,6 @@ use proto::etcdserverpb::{PutRequest, RangeRequest, kv_client::KvClient};
 use tonic::transport::Channel;
 
 const OURS: &str = env!("CARGO_BIN_EXE_etcd");
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
-struct Server {
-    child: Child,
-    url: String,
-    data_dir: std::path::PathBuf,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(bin: &str, dir: &std::path::Path) -> Server {
-    let url = format!("http://127.0.0.1:{}", free_port());
-    let peer = format!("http://127.0.0.1:{}", free_port());
-    let child = Command::new(bin)
-        .args(["--name", "bench", "--data-dir"])
-        .arg(dir)
-        .args([
-            "--listen-client-urls",
-            &url,
-            "--advertise-client-urls",
-            &url,
-        ])
-        .args([
-            "--listen-peer-urls",
-            &peer,
-            "--initial-advertise-peer-urls",
-            &peer,
-        ])
-        .args(["--initial-cluster", &format!("bench={peer}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {bin}: {e} (scripts/deps.sh installs etcd)"));
-    Server {
-        child,
-        url,
-        data_dir: dir.to_path_buf(),
-    }
-}
 
 async fn connect(url: &str) -> KvClient<Channel> {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -184,8 +136,9 @@ fn main() {
             results.push((name, (0.0, 0.0, 0.0, 0.0), 0, 0));
             continue;
         }
-        let s = start(bin, &tmp.path().join(name));
-        let url = s.url.clone();
+        // The test support starts a server on free ports and waits until it is healthy.
+        let s = support::RealEtcd::start_bin(bin, &tmp.path().join(name), "bench", &[]);
+        let url = s.client_url.clone();
         let r = rt.block_on(async {
             connect(&url).await;
             let put1 = load(&url, 1, secs, "put").await;
@@ -195,7 +148,7 @@ fn main() {
             let rs = load(&url, 64, secs, "range-s").await;
             (put1, put64, rl, rs)
         });
-        let rss = peak_rss_kb(s.child.id());
+        let rss = s.child.as_ref().map(|c| peak_rss_kb(c.id())).unwrap_or(0);
         let db = std::fs::metadata(s.data_dir.join("member/snap/db"))
             .map(|m| m.len())
             .unwrap_or(0);

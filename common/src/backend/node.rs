@@ -505,31 +505,18 @@ fn materialize<'c>(
     }
 }
 
-/// Inserts or replaces `key` in the tree under `root`.
-pub fn put(
-    root: &mut Child,
+/// Copies the path from `root` down to the leaf that holds (or would hold) `key` into memory,
+/// and returns that leaf's entries.
+fn leaf_for<'n>(
+    root: &'n mut Child,
     ctx: &Ctx<'_>,
     freed: &mut Vec<(u64, u64)>,
     key: &[u8],
-    value: &[u8],
-    flags: u32,
-) -> Result<()> {
+) -> Result<&'n mut Vec<LeafEntry>> {
     let mut cur = materialize(root, ctx, freed)?;
     for _ in 0..MAX_DEPTH {
         cur = match cur {
-            Node::Leaf(v) => {
-                match v.binary_search_by(|e| key_cmp(e.key(), key)) {
-                    Ok(i) => {
-                        if is_bucket(v[i].flags) != is_bucket(flags) {
-                            return Err(Error::IncompatibleValue(show(key)));
-                        }
-                        v[i].flags = flags;
-                        v[i].set_value(value);
-                    }
-                    Err(i) => v.insert(i, LeafEntry::new(flags, key, value)),
-                }
-                return Ok(());
-            }
+            Node::Leaf(v) => return Ok(v),
             Node::Branch(v) => {
                 if v.is_empty() {
                     return Err(corrupt(0, "empty in-memory branch"));
@@ -544,6 +531,29 @@ pub fn put(
     Err(corrupt(0, format!("tree deeper than {MAX_DEPTH} levels")))
 }
 
+/// Inserts or replaces `key` in the tree under `root`.
+pub fn put(
+    root: &mut Child,
+    ctx: &Ctx<'_>,
+    freed: &mut Vec<(u64, u64)>,
+    key: &[u8],
+    value: &[u8],
+    flags: u32,
+) -> Result<()> {
+    let v = leaf_for(root, ctx, freed, key)?;
+    match v.binary_search_by(|e| key_cmp(e.key(), key)) {
+        Ok(i) => {
+            if is_bucket(v[i].flags) != is_bucket(flags) {
+                return Err(Error::IncompatibleValue(show(key)));
+            }
+            v[i].flags = flags;
+            v[i].set_value(value);
+        }
+        Err(i) => v.insert(i, LeafEntry::new(flags, key, value)),
+    }
+    Ok(())
+}
+
 /// Removes `key` from the tree under `root`; the caller checked that it exists. `flags` must
 /// match the entry's kind (a value and a nested bucket are not interchangeable).
 pub fn delete(
@@ -553,30 +563,14 @@ pub fn delete(
     key: &[u8],
     flags: u32,
 ) -> Result<()> {
-    let mut cur = materialize(root, ctx, freed)?;
-    for _ in 0..MAX_DEPTH {
-        cur = match cur {
-            Node::Leaf(v) => {
-                if let Ok(i) = v.binary_search_by(|e| key_cmp(e.key(), key)) {
-                    if is_bucket(v[i].flags) != is_bucket(flags) {
-                        return Err(Error::IncompatibleValue(show(key)));
-                    }
-                    v.remove(i);
-                }
-                return Ok(());
-            }
-            Node::Branch(v) => {
-                if v.is_empty() {
-                    return Err(corrupt(0, "empty in-memory branch"));
-                }
-                let i = v
-                    .partition_point(|e| key_cmp(&e.key, key).is_le())
-                    .saturating_sub(1);
-                materialize(&mut v[i].child, ctx, freed)?
-            }
-        };
+    let v = leaf_for(root, ctx, freed, key)?;
+    if let Ok(i) = v.binary_search_by(|e| key_cmp(e.key(), key)) {
+        if is_bucket(v[i].flags) != is_bucket(flags) {
+            return Err(Error::IncompatibleValue(show(key)));
+        }
+        v.remove(i);
     }
-    Err(corrupt(0, format!("tree deeper than {MAX_DEPTH} levels")))
+    Ok(())
 }
 
 /// Frees every page of a committed subtree (a deleted bucket), reading through `ctx`.

@@ -349,6 +349,16 @@ pub fn txn(
     leases: &dyn LeaseLookup,
 ) -> Result<TxnResponse, ApiError> {
     let ok = txn_compares_hold(w, r)?;
+    txn_branch(w, r, ok, leases)
+}
+
+/// Runs the branch of `r` that `ok` (the outcome of its compares) selects.
+pub fn txn_branch(
+    w: &mut WriteTxn<'_>,
+    r: &TxnRequest,
+    ok: bool,
+    leases: &dyn LeaseLookup,
+) -> Result<TxnResponse, ApiError> {
     let ops = if ok { &r.success } else { &r.failure };
     let mut responses = Vec::with_capacity(ops.len());
     for op in ops {

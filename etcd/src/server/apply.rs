@@ -52,12 +52,13 @@ pub enum Effect {
 }
 
 /// Checks, before anything is written, that every op of the branch a txn will take can be
-/// applied: otherwise a failure half-way would leave part of the txn written.
+/// applied: otherwise a failure half-way would leave part of the txn written. Returns the
+/// outcome of the txn's compares, so they are evaluated once.
 fn precheck_txn(
     w: &mut crate::mvcc::WriteTxn<'_>,
     r: &TxnRequest,
     leases: &dyn LeaseLookup,
-) -> Result<(), ApiError> {
+) -> Result<bool, ApiError> {
     let ok = kv::txn_compares_hold(w, r)?;
     let ops: &[RequestOp] = if ok { &r.success } else { &r.failure };
     for op in ops {
@@ -87,11 +88,13 @@ fn precheck_txn(
                 w.range(KeyRange::new(b"\0", b""), rev, 1)
                     .map_err(kv::mvcc_error)?;
             }
-            Some(request_op::Request::RequestTxn(t)) => precheck_txn(w, t, leases)?,
+            Some(request_op::Request::RequestTxn(t)) => {
+                precheck_txn(w, t, leases)?;
+            }
             _ => {}
         }
     }
-    Ok(())
+    Ok(ok)
 }
 
 /// Applies a normal entry. Entries at or below the store's consistent index were applied
@@ -203,7 +206,8 @@ pub fn apply_normal(
     } else if let Some(d) = &req.delete_range {
         kv::delete_range(&mut w, d).map(Applied::DeleteRange)
     } else if let Some(t) = &req.txn {
-        precheck_txn(&mut w, t, leases).and_then(|()| kv::txn(&mut w, t, leases).map(Applied::Txn))
+        precheck_txn(&mut w, t, leases)
+            .and_then(|ok| kv::txn_branch(&mut w, t, ok, leases).map(Applied::Txn))
     } else if let Some(c) = &req.compaction {
         compact_to = Some(c.revision);
         Ok(Applied::Compaction(CompactionResponse::default()))

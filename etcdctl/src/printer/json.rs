@@ -140,6 +140,19 @@ fn line(w: &mut dyn Write, s: &str) -> Result<()> {
     Ok(())
 }
 
+/// The member-change responses: a header and the member list, nothing else.
+fn header_and_members(
+    w: &mut dyn Write,
+    header: &Option<pb::ResponseHeader>,
+    list: &[pb::Member],
+) -> Result<()> {
+    let s = Obj::new()
+        .opt("header", opt_header(header))
+        .arr_nz("members", members(list))
+        .finish();
+    line(w, &s)
+}
+
 pub fn role_get_json(r: &pb::AuthRoleGetResponse) -> String {
     let perms = r
         .perm
@@ -258,11 +271,7 @@ impl Printer for JsonPrinter {
         _id: u64,
         r: &pb::MemberRemoveResponse,
     ) -> Result<()> {
-        let s = Obj::new()
-            .opt("header", opt_header(&r.header))
-            .arr_nz("members", members(&r.members))
-            .finish();
-        line(w, &s)
+        header_and_members(w, &r.header, &r.members)
     }
 
     fn member_update(
@@ -271,11 +280,7 @@ impl Printer for JsonPrinter {
         _id: u64,
         r: &pb::MemberUpdateResponse,
     ) -> Result<()> {
-        let s = Obj::new()
-            .opt("header", opt_header(&r.header))
-            .arr_nz("members", members(&r.members))
-            .finish();
-        line(w, &s)
+        header_and_members(w, &r.header, &r.members)
     }
 
     fn member_promote(
@@ -284,19 +289,11 @@ impl Printer for JsonPrinter {
         _id: u64,
         r: &pb::MemberPromoteResponse,
     ) -> Result<()> {
-        let s = Obj::new()
-            .opt("header", opt_header(&r.header))
-            .arr_nz("members", members(&r.members))
-            .finish();
-        line(w, &s)
+        header_and_members(w, &r.header, &r.members)
     }
 
     fn member_list(&self, w: &mut dyn Write, r: &pb::MemberListResponse) -> Result<()> {
-        let s = Obj::new()
-            .opt("header", opt_header(&r.header))
-            .arr_nz("members", members(&r.members))
-            .finish();
-        line(w, &s)
+        header_and_members(w, &r.header, &r.members)
     }
 
     fn endpoint_health(&self, w: &mut dyn Write, r: &[EpHealth]) -> Result<()> {

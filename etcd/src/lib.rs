@@ -10,4 +10,5 @@ pub mod membership;
 pub mod mvcc;
 pub mod raft;
 pub mod server;
+pub mod transport;
 pub mod version;

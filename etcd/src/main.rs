@@ -72,15 +72,29 @@ fn run(cfg: Config) -> Result<(), String> {
         );
         // Bind first: a port in use is an error before anything is written.
         let listeners = etcd::api::serve::bind(&cfg.listen_client_urls).await?;
-        let server = EtcdServer::start(cfg).map_err(|e| e.to_string())?;
-        server
-            .wait_ready()
-            .await
-            .map_err(|e| format!("the member did not become ready: {e}"))?;
+        let peer_listeners = etcd::transport::service::bind(&cfg.listen_peer_urls).await?;
+        let server = EtcdServer::start(cfg).await.map_err(|e| e.to_string())?;
+        let (stop_tx, _) = tokio::sync::broadcast::channel::<()>(1);
+        let mut peer_tasks = Vec::new();
+        for l in peer_listeners {
+            let mut stop = stop_tx.subscribe();
+            let s = server.clone();
+            peer_tasks.push(tokio::spawn(async move {
+                let shutdown = async move {
+                    let _ = stop.recv().await;
+                };
+                if let Err(e) = etcd::transport::service::serve(s, l, shutdown).await {
+                    tracing::error!(error = %e, "peer listener failed");
+                }
+            }));
+        }
+        tokio::select! {
+            r = server.wait_ready() => r.map_err(|e| format!("the member did not become ready: {e}"))?,
+            f = server.wait_failed() => return Err(f),
+        }
         etcd::server::publish(&server).await;
         tokio::spawn(etcd::api::lease::expire_leases(server.clone()));
         tokio::spawn(etcd::server::compactor::run(server.clone()));
-        let (stop_tx, _) = tokio::sync::broadcast::channel::<()>(1);
         let mut tasks = Vec::new();
         for (url, l) in listeners {
             let mut stop = stop_tx.subscribe();
@@ -99,16 +113,30 @@ fn run(cfg: Config) -> Result<(), String> {
                 }
             }));
         }
-        wait_for_signal().await;
-        tracing::info!(name = %server.cfg().name, "received signal; shutting down");
+        let failed = tokio::select! {
+            _ = wait_for_signal() => {
+                tracing::info!(name = %server.cfg().name, "received signal; shutting down");
+                None
+            }
+            f = server.wait_failed() => Some(f),
+        };
         let _ = stop_tx.send(());
-        for t in tasks {
-            let _ = t.await;
+        // Peers and watchers hold streams open forever: give in-flight requests a moment to
+        // finish, then close the listeners regardless.
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(1);
+        for t in tasks.into_iter().chain(peer_tasks) {
+            let abort = t.abort_handle();
+            if tokio::time::timeout_at(deadline, t).await.is_err() {
+                abort.abort();
+            }
         }
         let s = server.clone();
         let _ = tokio::task::spawn_blocking(move || s.stop()).await;
         tracing::info!("stopped etcd server");
-        Ok(())
+        match failed {
+            Some(f) => Err(f),
+            None => Ok(()),
+        }
     })
 }
 

@@ -64,7 +64,8 @@ struct Buffers {
 }
 
 struct Inner {
-    db: Db,
+    /// Behind a lock only so a follower can swap in the leader's image (`replace_db`).
+    db: RwLock<Db>,
     cfg: BatchConfig,
     bufs: RwLock<Buffers>,
     commit_lock: Mutex<()>,
@@ -90,6 +91,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Inner {
+    fn db(&self) -> Db {
+        read(&self.db).clone()
+    }
+
     fn commit(&self) -> Result<()> {
         let _one = lock(&self.commit_lock);
         let buf = {
@@ -102,7 +107,8 @@ impl Inner {
             buf
         };
         let res = (|| {
-            let mut tx = self.db.begin_write()?;
+            let db = self.db();
+            let mut tx = db.begin_write()?;
             for name in &buf.created {
                 tx.create_bucket_if_not_exists(name)?;
             }
@@ -147,7 +153,7 @@ impl Batch {
     /// Wraps `db`; a background thread commits every `cfg.interval`.
     pub fn new(db: Db, cfg: BatchConfig) -> Batch {
         let inner = Arc::new(Inner {
-            db,
+            db: RwLock::new(db),
             cfg,
             bufs: RwLock::new(Buffers::default()),
             commit_lock: Mutex::new(()),
@@ -181,8 +187,18 @@ impl Batch {
         Batch { inner, ticker }
     }
 
-    pub fn db(&self) -> &Db {
-        &self.inner.db
+    pub fn db(&self) -> Db {
+        self.inner.db()
+    }
+
+    /// Drops every pending write and continues over `db` instead (a follower installing the
+    /// leader's snapshot image). Readers and writers wait for the swap; readers that already
+    /// hold the old file's transactions finish on it.
+    pub fn replace_db(&self, db: Db) {
+        let _one = lock(&self.inner.commit_lock);
+        let mut b = write(&self.inner.bufs);
+        *b = Buffers::default();
+        *write(&self.inner.db) = db;
     }
 
     /// The last background commit error, if any (the writes stay pending and are retried).
@@ -213,7 +229,7 @@ impl Batch {
             return Err(Error::ValueTooLarge(value_len));
         }
         if !b.known.contains(bucket) {
-            if !self.inner.db.begin_read().bucket_exists(bucket)? {
+            if !self.inner.db().begin_read().bucket_exists(bucket)? {
                 return Err(Error::BucketNotFound(show(bucket)));
             }
             b.known.insert(bucket.to_vec());
@@ -282,7 +298,7 @@ impl Batch {
     }
 
     fn get_in(&self, b: &Buffers, bucket: &[u8], key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let tx = self.inner.db.begin_read();
+        let tx = self.inner.db().begin_read();
         for buf in [Some(&b.pending), b.committing.as_deref()]
             .into_iter()
             .flatten()
@@ -328,7 +344,7 @@ impl Batch {
                 .map(|v| vec![(start.to_vec(), v)])
                 .unwrap_or_default());
         };
-        let tx = self.inner.db.begin_read();
+        let tx = self.inner.db().begin_read();
         if !self.bucket_known(b, &tx, bucket)? {
             return Err(Error::BucketNotFound(show(bucket)));
         }
@@ -395,13 +411,13 @@ impl Batch {
     /// Commits what is pending, then streams a snapshot (Maintenance.Snapshot).
     pub fn snapshot(&self, out: &mut dyn std::io::Write, sha256_trailer: bool) -> Result<u64> {
         self.inner.commit()?;
-        self.inner.db.snapshot(out, sha256_trailer)
+        self.inner.db().snapshot(out, sha256_trailer)
     }
 
     /// Commits what is pending, then defragments. Writers wait; readers go on.
     pub fn defrag(&self) -> Result<()> {
         self.inner.commit()?;
-        self.inner.db.defrag()
+        self.inner.db().defrag()
     }
 
     /// Starts a group of writes that no commit can split: until the returned guard is dropped

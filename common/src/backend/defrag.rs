@@ -118,6 +118,17 @@ impl Db {
         write_image(&tx, out, sha256_trailer, &self.shared.path)
     }
 
+    /// Writes the image `tx` reads (a version chosen earlier, e.g. the one matching a raft
+    /// snapshot's index) to `out`.
+    pub fn snapshot_of(
+        &self,
+        tx: &ReadTx,
+        out: &mut dyn Write,
+        sha256_trailer: bool,
+    ) -> Result<u64> {
+        write_image(tx, out, sha256_trailer, &self.shared.path)
+    }
+
     /// Writes a snapshot to a file (temp + fsync + rename), with the sha256 trailer.
     pub fn snapshot_to_file(&self, dest: &Path, sha256_trailer: bool) -> Result<u64> {
         let mut tmp_name = dest

@@ -1,5 +1,5 @@
-// The Cluster service: the member list of this member's view. Changing membership comes with
-// the cluster issue; until then those calls answer `unimplemented`.
+// The Cluster service: the member list, and membership changes through raft conf changes
+// (add as voter or learner, remove, update peer URLs, promote) with etcd's checks and errors.
 
 use std::sync::Arc;
 
@@ -8,33 +8,59 @@ use proto::etcdserverpb::{
     MemberPromoteRequest, MemberPromoteResponse, MemberRemoveRequest, MemberRemoveResponse,
     MemberUpdateRequest, MemberUpdateResponse, cluster_server::Cluster,
 };
+use proto::raftpb::{ConfChange, ConfChangeType};
 use tonic::{Request, Response, Status};
 
+use super::errors;
+use crate::membership;
 use crate::server::EtcdServer;
 
 pub struct ClusterService {
     pub server: Arc<EtcdServer>,
 }
 
-fn not_yet(what: &str) -> Status {
-    Status::unimplemented(format!(
-        "{what} is not supported by etcd-rs yet (single-member server)"
-    ))
+/// A member as the API shows it.
+pub fn to_pb(m: &membership::Member) -> Member {
+    Member {
+        id: m.id,
+        name: m.name.clone(),
+        peer_ur_ls: m.peer_urls.clone(),
+        client_ur_ls: m.client_urls.clone(),
+        is_learner: m.is_learner,
+    }
+}
+
+fn sorted_pb(ms: &[membership::Member]) -> Vec<Member> {
+    let mut out: Vec<Member> = ms.iter().map(to_pb).collect();
+    out.sort_by_key(|m| m.id);
+    out
+}
+
+/// Peer URLs must be absolute http(s) URLs without a path, as etcd's types.NewURLs requires.
+fn check_urls(urls: &[String]) -> Result<(), Status> {
+    if urls.is_empty() {
+        return Err(errors::MEMBER_BAD_URLS.status());
+    }
+    for u in urls {
+        match crate::config::Url::parse(u) {
+            Ok(p) if p.scheme == "http" || p.scheme == "https" => {}
+            _ => return Err(errors::MEMBER_BAD_URLS.status()),
+        }
+    }
+    Ok(())
 }
 
 impl ClusterService {
     pub fn member_list_pb(&self) -> Vec<Member> {
-        let mut ms = self.server.members();
-        ms.sort_by_key(|m| m.id);
-        ms.into_iter()
-            .map(|m| Member {
-                id: m.id,
-                name: m.name,
-                peer_ur_ls: m.peer_urls,
-                client_ur_ls: m.client_urls,
-                is_learner: m.is_learner,
-            })
-            .collect()
+        sorted_pb(&self.server.members())
+    }
+
+    /// etcd's member list header carries no revision.
+    fn header(&self) -> Option<proto::etcdserverpb::ResponseHeader> {
+        self.server.header(0).map(|mut h| {
+            h.revision = 0;
+            h
+        })
     }
 }
 
@@ -42,23 +68,81 @@ impl ClusterService {
 impl Cluster for ClusterService {
     async fn member_add(
         &self,
-        _r: Request<MemberAddRequest>,
+        r: Request<MemberAddRequest>,
     ) -> Result<Response<MemberAddResponse>, Status> {
-        Err(not_yet("MemberAdd"))
+        let r = r.into_inner();
+        check_urls(&r.peer_ur_ls)?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0);
+        let token = &self.server.cfg().initial_cluster_token;
+        let m = membership::Member {
+            id: membership::member_id(&r.peer_ur_ls, token, Some(now)),
+            peer_urls: r.peer_ur_ls.clone(),
+            is_learner: r.is_learner,
+            name: String::new(),
+            client_urls: Vec::new(),
+        };
+        self.server.may_add_member(r.is_learner)?;
+        let cc = ConfChange {
+            r#type: if r.is_learner {
+                ConfChangeType::ConfChangeAddLearnerNode
+            } else {
+                ConfChangeType::ConfChangeAddNode
+            } as i32,
+            node_id: m.id,
+            context: Some(m.to_json().into_bytes()),
+            ..Default::default()
+        };
+        let members = self.server.propose_conf_change(cc).await?;
+        Ok(Response::new(MemberAddResponse {
+            header: self.header(),
+            member: Some(to_pb(&m)),
+            members: sorted_pb(&members),
+        }))
     }
 
     async fn member_remove(
         &self,
-        _r: Request<MemberRemoveRequest>,
+        r: Request<MemberRemoveRequest>,
     ) -> Result<Response<MemberRemoveResponse>, Status> {
-        Err(not_yet("MemberRemove"))
+        let id = r.into_inner().id;
+        self.server.may_remove_member(id)?;
+        let cc = ConfChange {
+            r#type: ConfChangeType::ConfChangeRemoveNode as i32,
+            node_id: id,
+            ..Default::default()
+        };
+        let members = self.server.propose_conf_change(cc).await?;
+        Ok(Response::new(MemberRemoveResponse {
+            header: self.header(),
+            members: sorted_pb(&members),
+        }))
     }
 
     async fn member_update(
         &self,
-        _r: Request<MemberUpdateRequest>,
+        r: Request<MemberUpdateRequest>,
     ) -> Result<Response<MemberUpdateResponse>, Status> {
-        Err(not_yet("MemberUpdate"))
+        let r = r.into_inner();
+        check_urls(&r.peer_ur_ls)?;
+        let m = membership::Member {
+            id: r.id,
+            peer_urls: r.peer_ur_ls,
+            ..Default::default()
+        };
+        let cc = ConfChange {
+            r#type: ConfChangeType::ConfChangeUpdateNode as i32,
+            node_id: r.id,
+            context: Some(m.to_json().into_bytes()),
+            ..Default::default()
+        };
+        let members = self.server.propose_conf_change(cc).await?;
+        Ok(Response::new(MemberUpdateResponse {
+            header: self.header(),
+            members: sorted_pb(&members),
+        }))
     }
 
     async fn member_list(
@@ -69,19 +153,20 @@ impl Cluster for ClusterService {
             self.server.linearizable_read().await?;
         }
         Ok(Response::new(MemberListResponse {
-            header: self.server.header(0).map(|mut h| {
-                // etcd's member list header carries no revision.
-                h.revision = 0;
-                h
-            }),
+            header: self.header(),
             members: self.member_list_pb(),
         }))
     }
 
     async fn member_promote(
         &self,
-        _r: Request<MemberPromoteRequest>,
+        r: Request<MemberPromoteRequest>,
     ) -> Result<Response<MemberPromoteResponse>, Status> {
-        Err(not_yet("MemberPromote"))
+        let mut members = self.server.promote_member(r.into_inner().id).await?;
+        members.sort_by_key(|m| m.id);
+        Ok(Response::new(MemberPromoteResponse {
+            header: self.header(),
+            members,
+        }))
     }
 }

@@ -97,6 +97,7 @@ api_errors! {
     CORRUPT = DataLoss, "etcdserver: corrupt cluster";
     NOT_SUPPORTED_FOR_LEARNER = Unavailable, "etcdserver: rpc not supported for learner";
     BAD_LEADER_TRANSFEREE = FailedPrecondition, "etcdserver: bad leader transferee";
+    TIMEOUT_LEADER_TRANSFER = Unavailable, "etcdserver: request timed out, leader transfer took too long";
 }
 
 /// The API error whose message is `msg`, if any.

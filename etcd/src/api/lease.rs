@@ -1,5 +1,5 @@
 // The Lease service: Grant and Revoke go through raft; KeepAlive, TimeToLive and Leases are
-// answered by this member's lessor (the leader's, in a single-member cluster).
+// are answered by the leader's lessor (a follower forwards them), Leases by this member's.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -90,14 +90,9 @@ impl Lease for LeaseService {
         let server = self.server.clone();
         tokio::spawn(async move {
             while let Some(Ok(req)) = inbound.next().await {
-                // An unknown (expired or revoked) lease answers TTL 0, as etcd's.
-                let ttl = server.lessor().renew(req.id).unwrap_or(0);
-                let resp = LeaseKeepAliveResponse {
-                    header: server.header(server.kv().current_rev()),
-                    id: req.id,
-                    ttl,
-                };
-                if tx.send(Ok(resp)).await.is_err() {
+                let resp = server.lease_renew(req.id).await.map_err(|e| e.status());
+                let failed = resp.is_err();
+                if tx.send(resp).await.is_err() || failed {
                     return;
                 }
             }
@@ -109,25 +104,7 @@ impl Lease for LeaseService {
         &self,
         r: Request<LeaseTimeToLiveRequest>,
     ) -> Result<Response<LeaseTimeToLiveResponse>, Status> {
-        let r = r.into_inner();
-        let header = self.server.header(self.server.kv().current_rev());
-        // An unknown lease answers TTL -1 (etcdctl prints "already expired").
-        let resp = match self.server.lessor().time_to_live(r.id) {
-            Some((left, granted, keys)) => LeaseTimeToLiveResponse {
-                header,
-                id: r.id,
-                ttl: left,
-                granted_ttl: granted,
-                keys: if r.keys { keys } else { Vec::new() },
-            },
-            None => LeaseTimeToLiveResponse {
-                header,
-                id: r.id,
-                ttl: -1,
-                granted_ttl: 0,
-                keys: Vec::new(),
-            },
-        };
+        let resp = self.server.lease_time_to_live(r.into_inner()).await?;
         Ok(Response::new(resp))
     }
 

@@ -1,6 +1,6 @@
 // The Maintenance service: Status, Alarm (through raft; NOSPACE from the quota), Defragment,
-// HashKV, Snapshot (a consistent db image with etcd's sha256 trailer) and MoveLeader for a
-// single member. Hash and Downgrade answer `unimplemented` until they are built.
+// HashKV, Snapshot (a consistent db image with etcd's sha256 trailer) and MoveLeader (a raft
+// leadership transfer). Hash and Downgrade answer `unimplemented` until they are built.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -85,7 +85,7 @@ impl Maintenance for MaintenanceService {
             raft_applied_index: s.applied_index(),
             errors: errs,
             db_size_in_use: in_use,
-            is_learner: false,
+            is_learner: s.is_learner(),
         }))
     }
 
@@ -183,12 +183,22 @@ impl Maintenance for MaintenanceService {
         r: Request<MoveLeaderRequest>,
     ) -> Result<Response<MoveLeaderResponse>, Status> {
         let target = r.into_inner().target_id;
+        if !self.server.is_leader() {
+            return Err(errors::NOT_LEADER.status());
+        }
         if target == self.server.member_id()
-            || !self.server.members().iter().any(|m| m.id == target)
+            || !self
+                .server
+                .members()
+                .iter()
+                .any(|m| m.id == target && !m.is_learner)
         {
             return Err(errors::BAD_LEADER_TRANSFEREE.status());
         }
-        Err(not_yet("MoveLeader to another member"))
+        self.server.move_leader(target).await?;
+        Ok(Response::new(MoveLeaderResponse {
+            header: self.server.header(self.server.kv().current_rev()),
+        }))
     }
 
     async fn downgrade(

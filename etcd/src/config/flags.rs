@@ -452,6 +452,12 @@ pub const FLAGS: &[FlagSpec] = &[
     ),
     v(
         "Experimental feature",
+        "experimental-snapshot-catchup-entries",
+        "5000",
+        "Number of entries for a slow follower to catch up after compacting the raft storage entries.",
+    ),
+    v(
+        "Experimental feature",
         "experimental-compaction-batch-limit",
         "1000",
         "Sets the maximum revisions deleted in each compaction batch.",

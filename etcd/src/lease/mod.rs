@@ -111,6 +111,12 @@ impl Lessor {
             .collect()
     }
 
+    /// Takes over the leases of `other` (rebuilt from a store whose contents were replaced).
+    pub fn replace_with(&self, other: Lessor) {
+        let fresh = std::mem::take(&mut *lock(&other.leases));
+        *lock(&self.leases) = fresh;
+    }
+
     /// Gives every lease at least `extra` more time: a new leader does not know when the old
     /// one last renewed them, so it must not expire them early.
     pub fn extend_all(&self, extra: Duration) {

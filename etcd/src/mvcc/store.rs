@@ -100,70 +100,99 @@ fn rev_key_upper_bound() -> [u8; 18] {
     [0xff; 18]
 }
 
+/// Creates etcd's buckets when missing and rebuilds the index from the `key` bucket; also
+/// returns the scheduled compaction revision (> the finished one when a crash interrupted it).
+fn load_state(backend: &Batch) -> Result<(State, i64)> {
+    {
+        let mut g = backend.begin();
+        for b in buckets::ALL {
+            g.create_bucket(b);
+        }
+        g.finish()?;
+    }
+    let consistent_index = read_u64(backend.get(buckets::META, CONSISTENT_INDEX_KEY)?);
+    let term = read_u64(backend.get(buckets::META, TERM_KEY)?);
+    let rev_of = |v: Option<Vec<u8>>| v.as_deref().and_then(Revision::from_bytes).map(|r| r.main);
+    let finished = rev_of(backend.get(buckets::META, FINISHED_COMPACT_KEY)?).unwrap_or(0);
+    let scheduled = rev_of(backend.get(buckets::META, SCHEDULED_COMPACT_KEY)?).unwrap_or(0);
+
+    let mut index = Index::new();
+    let mut current_rev = 1; // etcd's first write gets revision 2
+    let mut start = Revision::new(0, 0).to_bytes().to_vec();
+    let end = rev_key_upper_bound();
+    loop {
+        let chunk = backend.range(buckets::KEY, &start, Some(&end), 10_000)?;
+        let Some((last, _)) = chunk.last() else { break };
+        let mut next = last.clone();
+        next.push(0);
+        for (k, v) in &chunk {
+            let rev = Revision::from_bytes(k).ok_or_else(|| {
+                MvccError::Corrupt(format!("bad revision key {k:?} in the key bucket"))
+            })?;
+            let kv = KeyValue::decode(v.as_slice())
+                .map_err(|e| MvccError::Corrupt(format!("bad key-value at revision {rev}: {e}")))?;
+            if is_tombstone(k) {
+                index.tombstone(&kv.key, rev);
+            } else {
+                index.put(&kv.key, rev);
+            }
+            current_rev = current_rev.max(rev.main);
+        }
+        start = next;
+    }
+    let current_rev = current_rev.max(finished).max(scheduled);
+    Ok((
+        State {
+            index,
+            current_rev,
+            compact_rev: finished,
+            consistent_index,
+            term,
+        },
+        scheduled,
+    ))
+}
+
 impl KvStore {
     /// Opens the store over `backend`, creating etcd's buckets when missing and rebuilding the
     /// index from the `key` bucket. An interrupted compaction is finished.
     pub fn open(backend: Arc<Batch>) -> Result<KvStore> {
-        {
-            let mut g = backend.begin();
-            for b in buckets::ALL {
-                g.create_bucket(b);
-            }
-            g.finish()?;
-        }
-        let consistent_index = read_u64(backend.get(buckets::META, CONSISTENT_INDEX_KEY)?);
-        let term = read_u64(backend.get(buckets::META, TERM_KEY)?);
-        let rev_of =
-            |v: Option<Vec<u8>>| v.as_deref().and_then(Revision::from_bytes).map(|r| r.main);
-        let finished = rev_of(backend.get(buckets::META, FINISHED_COMPACT_KEY)?).unwrap_or(0);
-        let scheduled = rev_of(backend.get(buckets::META, SCHEDULED_COMPACT_KEY)?).unwrap_or(0);
-
-        let mut index = Index::new();
-        let mut current_rev = 1; // etcd's first write gets revision 2
-        let mut start = Revision::new(0, 0).to_bytes().to_vec();
-        let end = rev_key_upper_bound();
-        loop {
-            let chunk = backend.range(buckets::KEY, &start, Some(&end), 10_000)?;
-            let Some((last, _)) = chunk.last() else { break };
-            let mut next = last.clone();
-            next.push(0);
-            for (k, v) in &chunk {
-                let rev = Revision::from_bytes(k).ok_or_else(|| {
-                    MvccError::Corrupt(format!("bad revision key {k:?} in the key bucket"))
-                })?;
-                let kv = KeyValue::decode(v.as_slice()).map_err(|e| {
-                    MvccError::Corrupt(format!("bad key-value at revision {rev}: {e}"))
-                })?;
-                if is_tombstone(k) {
-                    index.tombstone(&kv.key, rev);
-                } else {
-                    index.put(&kv.key, rev);
-                }
-                current_rev = current_rev.max(rev.main);
-            }
-            start = next;
-        }
-        let current_rev = current_rev.max(finished).max(scheduled);
+        let (state, scheduled) = load_state(&backend)?;
         let store = KvStore {
             backend,
             write: Mutex::new(()),
-            rev_tx: tokio::sync::watch::Sender::new(current_rev),
-            state: RwLock::new(State {
-                index,
-                current_rev,
-                compact_rev: finished,
-                consistent_index,
-                term,
-            }),
+            rev_tx: tokio::sync::watch::Sender::new(state.current_rev),
+            state: RwLock::new(state),
         };
+        store.finish_compaction(scheduled, &lock(&store.write))?;
+        Ok(store)
+    }
+
+    /// Replaces everything with the image in `db` (a follower installing the leader's
+    /// snapshot): the backend continues over `db` and the index is rebuilt from it. Watchers
+    /// see the revision move and catch up from the new store.
+    pub fn restore(&self, db: common::backend::Db) -> Result<()> {
+        let guard = lock(&self.write);
+        self.backend.replace_db(db);
+        let (state, scheduled) = load_state(&self.backend)?;
+        let rev = state.current_rev;
+        *self.state_mut() = state;
+        self.finish_compaction(scheduled, &guard)?;
+        self.rev_tx.send_replace(rev);
+        Ok(())
+    }
+
+    /// Finishes a compaction a crash interrupted; otherwise makes the index refuse reads below
+    /// the finished compaction point (the index was rebuilt from what compaction kept).
+    fn finish_compaction(&self, scheduled: i64, guard: &MutexGuard<'_, ()>) -> Result<()> {
+        let finished = self.compact_rev();
         if scheduled > finished {
             tracing::info!(revision = scheduled, "resuming an interrupted compaction");
-            store.compact_locked(scheduled, &lock(&store.write))?;
+            self.compact_locked(scheduled, guard)?;
         } else if finished > 0 {
-            // Reads below the compaction point must be refused after a restart too.
-            store.state_mut().index.compact(finished);
+            self.state_mut().index.compact(finished);
         }
-        Ok(store)
+        Ok(())
     }
 
     fn state(&self) -> std::sync::RwLockReadGuard<'_, State> {

@@ -30,6 +30,12 @@ impl Alarms {
         }
     }
 
+    /// Takes the alarms of a store whose contents were replaced (a snapshot from the leader).
+    pub fn reload(&self, kv: &KvStore) {
+        let fresh = Alarms::load(kv).list();
+        *self.lock() = fresh;
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<AlarmMember>> {
         self.list.lock().unwrap_or_else(|e| e.into_inner())
     }

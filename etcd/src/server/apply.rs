@@ -29,6 +29,8 @@ pub enum Applied {
     LeaseGrant(LeaseGrantResponse),
     LeaseRevoke(LeaseRevokeResponse),
     Alarm(AlarmResponse),
+    /// A conf change: the members after it.
+    Members(Vec<Member>),
     /// A request with nothing to return (membership attributes, cluster version).
     Done,
 }
@@ -370,19 +372,36 @@ fn apply_v2(w: &mut crate::mvcc::WriteTxn<'_>, r: &Request, effects: &mut Vec<Ef
     }
 }
 
-/// Records a member added by a conf change (its JSON is the change's context).
-pub fn apply_member_added(store: &KvStore, e: &Entry, member: &Member) {
+/// What a valid conf change does to the member records.
+#[derive(Debug, Clone)]
+pub enum MemberChange {
+    /// Added (or promoted, or given new peer URLs): the member's new record.
+    Put(Member),
+    Removed(u64),
+    /// A refused change: only the consistent index moves.
+    Nothing,
+}
+
+/// Persists a conf change's effect on the `members` and `members_removed` buckets in the same
+/// write as the entry's consistent index (skipped when the db already has the entry).
+pub fn apply_member_change(store: &KvStore, e: &Entry, change: &MemberChange) {
     if e.index <= store.consistent_index() {
         return;
     }
     let mut w = store.write();
-    let key = crate::membership::id_hex(member.id);
-    w.put_raw(
-        buckets::MEMBERS,
-        key.as_bytes(),
-        member.to_json().as_bytes(),
-    );
+    match change {
+        MemberChange::Put(m) => {
+            let key = crate::membership::id_hex(m.id);
+            w.put_raw(buckets::MEMBERS, key.as_bytes(), m.to_json().as_bytes());
+        }
+        MemberChange::Removed(id) => {
+            let key = crate::membership::id_hex(*id);
+            w.delete_raw(buckets::MEMBERS, key.as_bytes());
+            w.put_raw(buckets::MEMBERS_REMOVED, key.as_bytes(), b"removed");
+        }
+        MemberChange::Nothing => {}
+    }
     if let Err(err) = w.end(e.index, e.term) {
-        tracing::error!(error = %err, "failed to persist a new member");
+        tracing::error!(error = %err, "failed to persist a membership change");
     }
 }

@@ -2,7 +2,7 @@
 // derived as etcd's, members written into the log); an existing dir is replayed from its
 // newest usable snapshot, its WAL and its db, whatever the flags say.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use common::backend::{Batch, BatchConfig, Db, buckets};
@@ -55,6 +55,7 @@ pub struct Booted {
     pub member_id: u64,
     pub cluster_id: u64,
     pub members: Vec<Member>,
+    pub removed: BTreeSet<u64>,
     /// Index of the snapshot the node started from (0 = none).
     pub snapshot_index: u64,
     /// Membership from that snapshot (conf changes after it are applied again from the log).
@@ -141,24 +142,167 @@ fn bootstrap_peers(members: &[Member]) -> Vec<Peer> {
         .collect()
 }
 
-pub fn boot(cfg: &Config) -> Result<Booted, BootError> {
+/// The cluster a new member joins (--initial-cluster-state existing), as its peers told it.
+#[derive(Debug, Clone)]
+pub struct Joined {
+    pub cluster_id: u64,
+    pub members: Vec<Member>,
+    pub removed: BTreeSet<u64>,
+}
+
+/// Whether starting needs the cluster from the peers first (a new member of a running
+/// cluster).
+pub fn needs_join(cfg: &Config) -> bool {
+    !wal::exists(&cfg.wal_dir()) && cfg.initial_cluster_state == ClusterState::Existing
+}
+
+/// Asks the peers of --initial-cluster (other than this member) for the cluster it joins.
+pub async fn fetch_cluster(cfg: &Config) -> Result<Joined, BootError> {
+    let mine: BTreeSet<String> = cfg
+        .initial_advertise_peer_urls
+        .iter()
+        .map(|u| u.as_str().to_string())
+        .collect();
+    let urls: Vec<String> = cfg
+        .initial_cluster
+        .iter()
+        .map(|(_, u)| u.as_str().to_string())
+        .filter(|u| !mine.contains(u))
+        .collect();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut last = String::from("no peer URLs in --initial-cluster besides this member's");
+    while !urls.is_empty() {
+        for u in &urls {
+            match ask_members(u).await {
+                Ok(j) => return Ok(j),
+                Err(e) => last = format!("{u}: {e}"),
+            }
+        }
+        if tokio::time::Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+    Err(BootError::Config(format!(
+        "cannot fetch cluster info from peer urls: could not retrieve cluster information from the given URLs ({last})"
+    )))
+}
+
+async fn ask_members(url: &str) -> Result<Joined, String> {
+    use proto::peerpb::{MembersRequest, peer_client::PeerClient};
+    let ch =
+        crate::transport::sender::connect(&[url.to_string()], std::time::Duration::from_secs(1))
+            .await?;
+    let r = PeerClient::new(ch)
+        .members(MembersRequest {})
+        .await
+        .map_err(|s| s.message().to_string())?
+        .into_inner();
+    let members = r
+        .members
+        .iter()
+        .map(|j| Member::from_json(j.as_bytes()).map_err(|e| format!("bad member JSON {j}: {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Joined {
+        cluster_id: r.cluster_id,
+        members,
+        removed: r.removed.into_iter().collect(),
+    })
+}
+
+pub fn boot(cfg: &Config, joined: Option<Joined>) -> Result<Booted, BootError> {
     let wal_dir = cfg.wal_dir();
     let snap_dir = cfg.snap_dir();
     if wal::exists(&wal_dir) {
         restart(cfg)
     } else {
-        if cfg.initial_cluster_state == ClusterState::Existing {
-            return Err(BootError::Config(
-                "joining an existing cluster (--initial-cluster-state=existing) needs the cluster support that is not built yet".into(),
-            ));
-        }
+        let joined = match (cfg.initial_cluster_state, joined) {
+            (ClusterState::Existing, Some(j)) => Some(j),
+            (ClusterState::Existing, None) => {
+                return Err(BootError::Config(
+                    "--initial-cluster-state=existing: the cluster was not fetched from its peers"
+                        .into(),
+                ));
+            }
+            _ => None,
+        };
         fileutil::touch_dir_all(&cfg.data_dir)?;
         fileutil::touch_dir_all(&snap_dir)?;
         if let Some(parent) = wal_dir.parent() {
             fileutil::touch_dir_all(parent)?;
         }
-        new_member(cfg)
+        match joined {
+            Some(j) => join_member(cfg, j),
+            None => new_member(cfg),
+        }
     }
+}
+
+/// A member added with `member add` starting for the first time: it takes its ID from the
+/// cluster's member list (matched by peer URLs) and an empty log the leader fills.
+fn join_member(cfg: &Config, j: Joined) -> Result<Booted, BootError> {
+    let mut mine: Vec<String> = cfg
+        .initial_advertise_peer_urls
+        .iter()
+        .map(|u| u.as_str().to_string())
+        .collect();
+    mine.sort();
+    let me = j
+        .members
+        .iter()
+        .find(|m| {
+            let mut u = m.peer_urls.clone();
+            u.sort();
+            u == mine
+        })
+        .cloned()
+        .ok_or_else(|| {
+            BootError::Config(format!(
+                "error validating peerURLs: no member of cluster {} has the peer URLs {} (add it first with `etcdctl member add {} --peer-urls={}`)",
+                membership::id_hex(j.cluster_id),
+                mine.join(","),
+                cfg.name,
+                mine.join(",")
+            ))
+        })?;
+    if j.removed.contains(&me.id) {
+        return Err(BootError::Config(format!(
+            "member {} was removed from the cluster and cannot join it again",
+            membership::id_hex(me.id)
+        )));
+    }
+    let kv = open_store(cfg)?;
+    let metadata = Metadata {
+        node_id: me.id,
+        cluster_id: j.cluster_id,
+    }
+    .encode_to_vec();
+    let wal_dir = cfg.wal_dir();
+    let wal = Wal::create_with(&wal_dir, &metadata, wal_options(cfg)).map_err(|source| {
+        BootError::Wal {
+            dir: wal_dir.display().to_string(),
+            source,
+        }
+    })?;
+    let node = RawNode::new(&raft_config(cfg, me.id, 0), MemStorage::new())?;
+    tracing::info!(
+        local_member_id = %membership::id_hex(me.id),
+        cluster_id = %membership::id_hex(j.cluster_id),
+        "joining an existing cluster"
+    );
+    Ok(Booted {
+        node,
+        wal,
+        snapshotter: Snapshotter::new(cfg.snap_dir()),
+        lessor: load_leases(cfg, &kv),
+        kv,
+        member_id: me.id,
+        cluster_id: j.cluster_id,
+        members: j.members,
+        removed: j.removed,
+        snapshot_index: 0,
+        conf_state: Default::default(),
+    })
 }
 
 fn new_member(cfg: &Config) -> Result<Booted, BootError> {
@@ -204,6 +348,7 @@ fn new_member(cfg: &Config) -> Result<Booted, BootError> {
         member_id: me.id,
         cluster_id,
         members,
+        removed: BTreeSet::new(),
         snapshot_index: 0,
         conf_state: Default::default(),
     })
@@ -234,7 +379,16 @@ fn restart(cfg: &Config) -> Result<Booted, BootError> {
         Err(SnapError::NoSnapshot) => None,
         Err(e) => return Err(e.into()),
     };
-    let kv = open_store(cfg)?;
+    let mut kv = open_store(cfg)?;
+    if let Some(md) = snapshot.as_ref().and_then(|s| s.metadata.as_ref())
+        && md.index > kv.consistent_index()
+    {
+        // A crash after a follower saved the leader's snapshot but before its db was moved
+        // into place: the image is still next to the .snap file.
+        drop(kv);
+        install_snapshot_db(&snapshotter, md.index, &cfg.backend_path())?;
+        kv = open_store(cfg)?;
+    }
     let marker = snapshot
         .as_ref()
         .and_then(|s| s.metadata.as_ref())
@@ -298,6 +452,14 @@ fn restart(cfg: &Config) -> Result<Booted, BootError> {
         node.bootstrap(&bootstrap_peers(&members))?;
     }
     let members = load_members(&kv);
+    let removed = load_removed(&kv);
+    if removed.contains(&meta.node_id) {
+        return Err(BootError::Config(format!(
+            "member {}: {}",
+            membership::id_hex(meta.node_id),
+            crate::transport::REMOVED_MESSAGE
+        )));
+    }
     tracing::info!(
         local_member_id = %membership::id_hex(meta.node_id),
         cluster_id = %membership::id_hex(meta.cluster_id),
@@ -314,6 +476,7 @@ fn restart(cfg: &Config) -> Result<Booted, BootError> {
         member_id: meta.node_id,
         cluster_id: meta.cluster_id,
         members,
+        removed,
         snapshot_index,
         conf_state,
     })
@@ -329,12 +492,53 @@ pub fn load_members(kv: &KvStore) -> Vec<Member> {
         .collect()
 }
 
+/// The IDs of removed members (`members_removed` bucket): they may never come back.
+pub fn load_removed(kv: &KvStore) -> BTreeSet<u64> {
+    kv.backend()
+        .range(buckets::MEMBERS_REMOVED, b"\0", Some(&[0xff]), 0)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|(k, _)| {
+            std::str::from_utf8(&k)
+                .ok()
+                .and_then(|s| u64::from_str_radix(s, 16).ok())
+        })
+        .collect()
+}
+
+/// Moves the db image received with the leader's snapshot at `index` over the member's db
+/// (and fsyncs the directory), so a restart finds the db that matches the snapshot.
+pub fn install_snapshot_db(
+    snapshotter: &Snapshotter,
+    index: u64,
+    db_path: &std::path::Path,
+) -> Result<(), BootError> {
+    let src = snapshotter.db_file_path_existing(index)?;
+    std::fs::rename(&src, db_path).map_err(|e| {
+        BootError::Config(format!(
+            "cannot move the snapshot db {} to {}: {e}",
+            src.display(),
+            db_path.display()
+        ))
+    })?;
+    if let Some(dir) = db_path.parent() {
+        fileutil::fsync_dir(dir)?;
+    }
+    tracing::info!(path = %db_path.display(), snapshot_index = index, "installed the snapshot's db");
+    Ok(())
+}
+
 /// The leases in the backend, with the keys that name them attached, each given a full TTL
 /// plus an election timeout (nobody knows when they were last renewed).
 pub fn load_leases(cfg: &Config, kv: &KvStore) -> Arc<Lessor> {
+    Arc::new(leases_of(cfg, kv))
+}
+
+/// As `load_leases`, unshared.
+pub fn leases_of(cfg: &Config, kv: &KvStore) -> Lessor {
     let ticks = cfg.election_ticks() as u64;
     let min_ttl_ms = (3 * ticks / 2) * cfg.heartbeat_interval.as_millis() as u64;
-    let lessor = Arc::new(Lessor::new(min_ttl_ms.div_ceil(1000) as i64));
+    let lessor = Lessor::new(min_ttl_ms.div_ceil(1000) as i64);
     let rows = kv
         .backend()
         .range(buckets::LEASE, &[0u8; 8], Some(&[0xff; 9]), 0)

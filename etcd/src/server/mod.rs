@@ -6,8 +6,10 @@ pub mod apply;
 pub mod bootstrap;
 pub mod compactor;
 pub mod raft_loop;
+pub mod reconfig;
 pub mod wait;
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, RwLock};
@@ -21,6 +23,7 @@ use crate::config::Config;
 use crate::lease::Lessor;
 use crate::membership::Member;
 use crate::mvcc::KvStore;
+use crate::transport::{Local, Transport};
 use apply::Outcome;
 use raft_loop::{RaftLoop, RaftMsg};
 use wait::{IdGen, Wait};
@@ -35,6 +38,7 @@ pub struct Shared {
     pub alarms: alarms::Alarms,
     pub wait: Wait<Outcome>,
     members: RwLock<Vec<Member>>,
+    removed: RwLock<BTreeSet<u64>>,
     leader: AtomicU64,
     is_leader: AtomicBool,
     term: AtomicU64,
@@ -72,11 +76,36 @@ impl Shared {
         self.applied_tx.send_modify(|_| {});
     }
 
-    fn add_member(&self, m: Member) {
+    fn members_now(&self) -> Vec<Member> {
+        self.members
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Adds a member or replaces its record.
+    fn put_member(&self, m: Member) {
         let mut ms = self.members.write().unwrap_or_else(|e| e.into_inner());
-        if !ms.iter().any(|x| x.id == m.id) {
-            ms.push(m);
+        match ms.iter_mut().find(|x| x.id == m.id) {
+            Some(x) => *x = m,
+            None => ms.push(m),
         }
+    }
+
+    fn remove_member(&self, id: u64) {
+        self.members
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|m| m.id != id);
+        self.removed
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id);
+    }
+
+    fn set_members(&self, members: Vec<Member>, removed: BTreeSet<u64>) {
+        *self.members.write().unwrap_or_else(|e| e.into_inner()) = members;
+        *self.removed.write().unwrap_or_else(|e| e.into_inner()) = removed;
     }
 
     fn update_member(&self, id: u64, f: impl Fn(&mut Member)) {
@@ -94,12 +123,22 @@ pub struct EtcdServer {
     applied_rx: watch::Receiver<u64>,
     ids: IdGen,
     raft_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    transport: Arc<Transport>,
+    /// A channel to the leader's peer service (id, channel), for forwarded lease and
+    /// promote calls.
+    leader_channel: Mutex<Option<(u64, tonic::transport::Channel)>>,
 }
 
 impl EtcdServer {
-    /// Boots the member in `cfg.data_dir` and starts its raft loop.
-    pub fn start(cfg: Config) -> Result<Arc<EtcdServer>, bootstrap::BootError> {
-        let booted = bootstrap::boot(&cfg)?;
+    /// Boots the member in `cfg.data_dir` (a new member of a running cluster first asks its
+    /// peers for the cluster) and starts its raft loop and peer connections.
+    pub async fn start(cfg: Config) -> Result<Arc<EtcdServer>, bootstrap::BootError> {
+        let joined = if bootstrap::needs_join(&cfg) {
+            Some(bootstrap::fetch_cluster(&cfg).await?)
+        } else {
+            None
+        };
+        let booted = bootstrap::boot(&cfg, joined)?;
         let (applied_tx, applied_rx) = watch::channel(booted.kv.consistent_index());
         let shared = Arc::new(Shared {
             member_id: booted.member_id,
@@ -109,6 +148,7 @@ impl EtcdServer {
             alarms: alarms::Alarms::load(&booted.kv),
             wait: Wait::default(),
             members: RwLock::new(booted.members.clone()),
+            removed: RwLock::new(booted.removed.clone()),
             leader: AtomicU64::new(0),
             is_leader: AtomicBool::new(false),
             term: AtomicU64::new(0),
@@ -118,12 +158,28 @@ impl EtcdServer {
             cfg,
         });
         let (tx, rx) = std::sync::mpsc::channel();
+        let reports = tx.clone();
+        let transport = Arc::new(Transport::new(
+            Local {
+                member_id: shared.member_id,
+                cluster_id: shared.cluster_id,
+                dial_timeout: std::time::Duration::from_secs(1),
+            },
+            tokio::runtime::Handle::current(),
+            Arc::new(move |r| {
+                let _ = reports.send(RaftMsg::Report(r));
+            }),
+        ));
+        for m in &booted.members {
+            transport.set_peer(m.id, m.peer_urls.clone());
+        }
         let lp = RaftLoop {
             node: booted.node,
             wal: booted.wal,
             snapshotter: booted.snapshotter,
             shared: shared.clone(),
             rx,
+            transport: transport.clone(),
             snapshot_index: booted.snapshot_index,
             conf_state: booted.conf_state,
             applied_index: booted.snapshot_index,
@@ -140,7 +196,316 @@ impl EtcdServer {
             raft_tx: Mutex::new(tx),
             applied_rx,
             raft_thread: Mutex::new(Some(handle)),
+            transport,
+            leader_channel: Mutex::new(None),
         }))
+    }
+
+    /// Hands a peer's raft message to the raft loop.
+    pub fn step(&self, m: proto::raftpb::Message) -> Result<(), ApiError> {
+        self.send(RaftMsg::Step(Box::new(m)))
+    }
+
+    /// Where the db image of the leader's snapshot at `index` is received.
+    pub fn snap_db_path(&self, index: u64) -> std::path::PathBuf {
+        common::snap::Snapshotter::new(self.shared.cfg.snap_dir()).db_file_path(index)
+    }
+
+    pub fn is_removed(&self, id: u64) -> bool {
+        self.shared
+            .removed
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&id)
+    }
+
+    pub fn removed_members(&self) -> Vec<u64> {
+        self.shared
+            .removed
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .copied()
+            .collect()
+    }
+
+    /// The cluster version recorded in the backend ("" before it is set).
+    pub fn cluster_version(&self) -> String {
+        self.shared
+            .kv
+            .backend()
+            .get(common::backend::buckets::CLUSTER, b"clusterVersion")
+            .ok()
+            .flatten()
+            .map(|v| String::from_utf8_lossy(&v).into_owned())
+            .unwrap_or_default()
+    }
+
+    pub fn transport(&self) -> &Arc<Transport> {
+        &self.transport
+    }
+
+    /// Raft's view of itself (the leader's has every peer's progress).
+    pub async fn raft_status(&self) -> Result<crate::raft::Status, ApiError> {
+        let (tx, rx) = oneshot::channel();
+        self.send(RaftMsg::Status(tx))?;
+        rx.await.map_err(|_| errors::STOPPED)
+    }
+
+    /// Whether this member is a learner now.
+    pub fn is_learner(&self) -> bool {
+        self.members()
+            .iter()
+            .any(|m| m.id == self.member_id() && m.is_learner)
+    }
+
+    /// A channel to the current leader's peer service.
+    async fn leader_channel(&self) -> Result<tonic::transport::Channel, ApiError> {
+        let leader = self.leader();
+        if leader == 0 {
+            return Err(errors::NO_LEADER);
+        }
+        if let Some((id, ch)) = self
+            .leader_channel
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            && *id == leader
+        {
+            return Ok(ch.clone());
+        }
+        let urls = self
+            .members()
+            .into_iter()
+            .find(|m| m.id == leader)
+            .map(|m| m.peer_urls)
+            .ok_or(errors::NO_LEADER)?;
+        let ch = crate::transport::sender::connect(&urls, std::time::Duration::from_secs(1))
+            .await
+            .map_err(|_| errors::TIMEOUT_DUE_TO_CONNECTION_LOST)?;
+        *self
+            .leader_channel
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some((leader, ch.clone()));
+        Ok(ch)
+    }
+
+    fn forwarded(s: tonic::Status) -> ApiError {
+        errors::by_message(s.message()).unwrap_or(errors::TIMEOUT_DUE_TO_CONNECTION_LOST)
+    }
+
+    /// Renews a lease on the leader, which owns expiry (a follower forwards the renewal).
+    pub async fn lease_renew(
+        &self,
+        id: i64,
+    ) -> Result<proto::etcdserverpb::LeaseKeepAliveResponse, ApiError> {
+        if self.is_leader() {
+            // An unknown (expired or revoked) lease answers TTL 0, as etcd's.
+            let ttl = self.shared.lessor.renew(id).unwrap_or(0);
+            return Ok(proto::etcdserverpb::LeaseKeepAliveResponse {
+                header: self.header(self.shared.kv.current_rev()),
+                id,
+                ttl,
+            });
+        }
+        let ch = self.leader_channel().await?;
+        let req = crate::transport::sender::request(
+            self.transport.local(),
+            proto::etcdserverpb::LeaseKeepAliveRequest { id },
+        );
+        let mut r = proto::peerpb::peer_client::PeerClient::new(ch)
+            .lease_renew(req)
+            .await
+            .map_err(Self::forwarded)?
+            .into_inner();
+        r.header = self.header(self.shared.kv.current_rev());
+        Ok(r)
+    }
+
+    /// A lease's remaining TTL, as the leader (which owns expiry) knows it.
+    pub async fn lease_time_to_live(
+        &self,
+        req: proto::etcdserverpb::LeaseTimeToLiveRequest,
+    ) -> Result<proto::etcdserverpb::LeaseTimeToLiveResponse, ApiError> {
+        use proto::etcdserverpb::LeaseTimeToLiveResponse;
+        if self.is_leader() || self.leader() == 0 {
+            let header = self.header(self.shared.kv.current_rev());
+            // An unknown lease answers TTL -1 (etcdctl prints "already expired").
+            return Ok(match self.shared.lessor.time_to_live(req.id) {
+                Some((left, granted, keys)) => LeaseTimeToLiveResponse {
+                    header,
+                    id: req.id,
+                    ttl: left,
+                    granted_ttl: granted,
+                    keys: if req.keys { keys } else { Vec::new() },
+                },
+                None => LeaseTimeToLiveResponse {
+                    header,
+                    id: req.id,
+                    ttl: -1,
+                    granted_ttl: 0,
+                    keys: Vec::new(),
+                },
+            });
+        }
+        let ch = self.leader_channel().await?;
+        let req = crate::transport::sender::request(self.transport.local(), req);
+        let mut r = proto::peerpb::peer_client::PeerClient::new(ch)
+            .lease_time_to_live(req)
+            .await
+            .map_err(Self::forwarded)?
+            .into_inner();
+        r.header = self.header(self.shared.kv.current_rev());
+        Ok(r)
+    }
+
+    /// Proposes a membership change and waits for its apply: the members after it.
+    pub async fn propose_conf_change(
+        &self,
+        mut cc: proto::raftpb::ConfChange,
+    ) -> Result<Vec<Member>, ApiError> {
+        let id = self.ids.next();
+        cc.id = id;
+        let rx = self.shared.wait.register(id);
+        if let Err(e) = self.send(RaftMsg::ProposeConfChange(cc)) {
+            self.shared.wait.cancel(id);
+            return Err(e);
+        }
+        match tokio::time::timeout(self.timeout(), rx).await {
+            Ok(Ok(outcome)) => match outcome.result? {
+                apply::Applied::Members(ms) => Ok(ms),
+                _ => Err(errors::CORRUPT),
+            },
+            Ok(Err(_)) => Err(errors::STOPPED),
+            Err(_) => {
+                self.shared.wait.cancel(id);
+                Err(errors::TIMEOUT)
+            }
+        }
+    }
+
+    /// etcd's --strict-reconfig-check for removals: a quorum of started and connected
+    /// voters must remain.
+    pub fn may_remove_member(&self, id: u64) -> Result<(), ApiError> {
+        if !self.shared.cfg.strict_reconfig_check {
+            return Ok(());
+        }
+        let members = self.members();
+        if members.iter().any(|m| m.id == id && m.is_learner) {
+            return Ok(());
+        }
+        if !reconfig::ready_to_remove_voter(&members, id) {
+            return Err(errors::MEMBER_NOT_ENOUGH_STARTED);
+        }
+        // A member that is down is no part of the active quorum: removing it is safe.
+        if id != self.member_id() && !self.transport.is_connected(id) {
+            return Ok(());
+        }
+        let voters: Vec<&Member> = members.iter().filter(|m| !m.is_learner).collect();
+        let active = voters
+            .iter()
+            .filter(|m| m.id == self.member_id() || self.transport.is_connected(m.id))
+            .count();
+        if active.saturating_sub(1) < 1 + (voters.len() - 1) / 2 {
+            return Err(errors::UNHEALTHY);
+        }
+        Ok(())
+    }
+
+    /// etcd's --strict-reconfig-check for adding a voter.
+    pub fn may_add_member(&self, learner: bool) -> Result<(), ApiError> {
+        if !self.shared.cfg.strict_reconfig_check || learner {
+            return Ok(());
+        }
+        let members = self.members();
+        if !reconfig::ready_to_add_voter(&members) {
+            return Err(errors::MEMBER_NOT_ENOUGH_STARTED);
+        }
+        let all_connected = members
+            .iter()
+            .filter(|m| !m.is_learner && m.id != self.member_id())
+            .all(|m| self.transport.is_connected(m.id));
+        if !all_connected {
+            return Err(errors::UNHEALTHY);
+        }
+        Ok(())
+    }
+
+    /// Promotes learner `id` to voter; only the leader knows whether it has caught up, so a
+    /// follower forwards the request.
+    pub async fn promote_member(
+        &self,
+        id: u64,
+    ) -> Result<Vec<proto::etcdserverpb::Member>, ApiError> {
+        if !self.is_leader() {
+            let ch = self.leader_channel().await?;
+            let req = crate::transport::sender::request(
+                self.transport.local(),
+                proto::etcdserverpb::MemberPromoteRequest { id },
+            );
+            let r = proto::peerpb::peer_client::PeerClient::new(ch)
+                .promote(req)
+                .await
+                .map_err(Self::forwarded)?
+                .into_inner();
+            return Ok(r.members);
+        }
+        let members = self.members();
+        match members.iter().find(|m| m.id == id) {
+            None => return Err(errors::MEMBER_NOT_FOUND),
+            Some(m) if !m.is_learner => return Err(errors::MEMBER_NOT_LEARNER),
+            Some(_) => {}
+        }
+        if self.shared.cfg.strict_reconfig_check && !reconfig::ready_to_promote(&members) {
+            return Err(errors::MEMBER_NOT_ENOUGH_STARTED);
+        }
+        // etcd's readiness: the learner's log within 90% of the leader's.
+        let status = self.raft_status().await?;
+        let leader_match = status
+            .progress
+            .get(&self.member_id())
+            .map(|p| p.matched)
+            .unwrap_or(0);
+        let learner_match = status.progress.get(&id).map(|p| p.matched).unwrap_or(0);
+        if (learner_match as f64) < (leader_match as f64) * 0.9 {
+            return Err(errors::LEARNER_NOT_READY);
+        }
+        let cc = proto::raftpb::ConfChange {
+            r#type: proto::raftpb::ConfChangeType::ConfChangeAddNode as i32,
+            node_id: id,
+            context: Some(reconfig::promote_context(id)),
+            ..Default::default()
+        };
+        let ms = self.propose_conf_change(cc).await?;
+        Ok(ms.iter().map(crate::api::cluster::to_pb).collect())
+    }
+
+    /// Asks raft to hand leadership to `to` and waits until it has (or the transfer failed).
+    pub async fn move_leader(&self, to: u64) -> Result<(), ApiError> {
+        self.send(RaftMsg::TransferLeader(to))?;
+        let deadline = tokio::time::Instant::now()
+            + self.shared.cfg.election_timeout * 2
+            + std::time::Duration::from_secs(1);
+        while tokio::time::Instant::now() < deadline {
+            if self.leader() == to {
+                return Ok(());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        Err(errors::TIMEOUT_LEADER_TRANSFER)
+    }
+
+    /// Resolves when the server fails for good (e.g. it was removed from the cluster).
+    pub async fn wait_failed(&self) -> String {
+        let mut rx = self.applied_rx.clone();
+        loop {
+            if let Some(f) = self.failure() {
+                return f;
+            }
+            if rx.changed().await.is_err() {
+                return self.failure().unwrap_or_else(|| "stopped".into());
+            }
+        }
     }
 
     pub fn cfg(&self) -> &Config {
@@ -308,18 +673,26 @@ impl EtcdServer {
 
     /// Waits until a leader is known and everything committed at start is applied.
     pub async fn wait_ready(&self) -> Result<(), ApiError> {
-        let deadline = tokio::time::Instant::now() + self.timeout() * 4;
-        while self.leader() == 0 {
+        // A member of a cluster waits for its peers as long as it takes, as etcd's does.
+        let mut next_log = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
             if let Some(f) = self.failure() {
                 tracing::error!(error = %f, "server failed while starting");
                 return Err(errors::STOPPED);
             }
-            if tokio::time::Instant::now() > deadline {
-                return Err(errors::NO_LEADER);
+            if self.leader() != 0 {
+                match self.linearizable_read().await {
+                    Ok(()) => return Ok(()),
+                    Err(e) => tracing::debug!(error = %e, "first read not served yet"),
+                }
+            } else {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            if tokio::time::Instant::now() > next_log {
+                tracing::info!("waiting for a leader before serving clients");
+                next_log += std::time::Duration::from_secs(5);
+            }
         }
-        self.linearizable_read().await
     }
 
     /// Stops the raft loop and commits the backend (a clean shutdown).

@@ -1,23 +1,29 @@
-// The raft loop: one thread that ticks raft, feeds it proposals and read requests, and carries
-// out each Ready in the order raft requires (persist to the WAL, store, send, apply, advance).
+// The raft loop: one thread that ticks raft, feeds it proposals, read requests and peers'
+// messages, and carries out each Ready in the order raft requires (persist to the WAL, store,
+// send, apply, advance).
 //
-// Applying happens on this thread for now; nothing here waits on a client: results go to the
-// waiters through channels that never block.
+// Applying happens on this thread for now; nothing here waits on a client or a peer: results
+// go to waiters through channels that never block, messages to the transport's queues.
 
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use prost::Message as _;
-use proto::raftpb::{ConfChange, ConfChangeType, ConfState, Entry, EntryType, Snapshot};
+use proto::raftpb::{
+    ConfChange, ConfChangeType, ConfState, Entry, EntryType, Message, MessageType, Snapshot,
+    SnapshotMetadata,
+};
 use proto::walpb;
 use tokio::sync::oneshot;
 
 use super::Shared;
-use super::apply::{self, Effect};
+use super::apply::{self, Applied, Effect, MemberChange};
+use super::reconfig;
 use crate::api::errors;
-use crate::membership::Member;
-use crate::raft::{MemStorage, RawNode, StateRole};
+use crate::membership::id_hex;
+use crate::raft::{MemStorage, RawNode, SnapshotStatus, StateRole, Storage};
+use crate::transport::{REMOVED_MESSAGE, Report, Transport};
 use common::snap::Snapshotter;
 use common::wal::Wal;
 
@@ -27,6 +33,10 @@ pub type ReadReply = oneshot::Sender<Result<u64, errors::ApiError>>;
 /// The ReadIndex round in flight: its context and the reads it serves.
 type ReadRound = Option<(u64, Vec<ReadReply>)>;
 
+/// A ReadIndex request unanswered this long is sent again (a message to or from the leader
+/// may have been dropped), as etcd's read loop does.
+const READ_INDEX_RETRY: Duration = Duration::from_millis(500);
+
 /// Work handed to the raft loop.
 pub enum RaftMsg {
     /// Propose a marshaled InternalRaftRequest whose waiter is registered under `id`.
@@ -34,8 +44,18 @@ pub enum RaftMsg {
         id: u64,
         data: Vec<u8>,
     },
+    /// Propose a membership change whose waiter is registered under `cc.id`.
+    ProposeConfChange(ConfChange),
     /// Confirm leadership for a linearizable read; answers with the index to wait for.
     ReadIndex(ReadReply),
+    /// A message from a peer.
+    Step(Box<Message>),
+    /// What the transport learned about a peer.
+    Report(Report),
+    /// Raft's view of itself (per-peer progress on the leader).
+    Status(oneshot::Sender<crate::raft::Status>),
+    /// Hand leadership to another voter.
+    TransferLeader(u64),
     Stop,
 }
 
@@ -45,15 +65,12 @@ pub struct RaftLoop {
     pub snapshotter: Snapshotter,
     pub shared: Arc<Shared>,
     pub rx: Receiver<RaftMsg>,
+    pub transport: Arc<Transport>,
     pub snapshot_index: u64,
     /// The membership as of the last applied conf change (or the snapshot).
     pub conf_state: ConfState,
     pub applied_index: u64,
 }
-
-/// Entries kept in the raft log behind a snapshot so a slow follower can catch up without
-/// a snapshot transfer (etcd's catch-up entries).
-const CATCH_UP_ENTRIES: u64 = 5000;
 
 impl RaftLoop {
     pub fn run(mut self) {
@@ -63,6 +80,7 @@ impl RaftLoop {
         // Reads waiting for the next ReadIndex round, and the round in flight.
         let mut waiting_reads: Vec<ReadReply> = Vec::new();
         let mut in_flight: ReadRound = None;
+        let mut round_started = Instant::now();
         self.maybe_campaign_alone();
         loop {
             let now = Instant::now();
@@ -81,7 +99,7 @@ impl RaftLoop {
             for m in msgs {
                 match m {
                     RaftMsg::Propose { id, data } => {
-                        if self.node.propose(data).is_err() {
+                        if self.leader_gone() || self.node.propose(data).is_err() {
                             self.shared.wait.trigger(
                                 id,
                                 apply::Outcome {
@@ -91,7 +109,40 @@ impl RaftLoop {
                             );
                         }
                     }
+                    RaftMsg::ProposeConfChange(cc) => {
+                        if self.leader_gone() || self.node.propose_conf_change(&cc).is_err() {
+                            self.shared.wait.trigger(
+                                cc.id,
+                                apply::Outcome {
+                                    result: Err(errors::NO_LEADER),
+                                    revision: 0,
+                                },
+                            );
+                        }
+                    }
                     RaftMsg::ReadIndex(tx) => waiting_reads.push(tx),
+                    RaftMsg::Step(m) => {
+                        // Messages of a stale term or from a removed member are refused by
+                        // raft itself; nothing to do about the error.
+                        let _ = self.node.step(*m);
+                    }
+                    RaftMsg::Report(Report::Unreachable(id)) => self.node.report_unreachable(id),
+                    RaftMsg::Report(Report::Snapshot { to, ok }) => self.node.report_snapshot(
+                        to,
+                        if ok {
+                            SnapshotStatus::Finish
+                        } else {
+                            SnapshotStatus::Failure
+                        },
+                    ),
+                    RaftMsg::Report(Report::Removed) => {
+                        self.shared.fail(REMOVED_MESSAGE.to_string());
+                        stop = true;
+                    }
+                    RaftMsg::Status(tx) => {
+                        let _ = tx.send(self.node.status());
+                    }
+                    RaftMsg::TransferLeader(to) => self.node.transfer_leader(to),
                     RaftMsg::Stop => stop = true,
                 }
             }
@@ -105,6 +156,20 @@ impl RaftLoop {
                     next_tick = Instant::now() + tick;
                 }
             }
+            if let Some((seq, _)) = &in_flight
+                && round_started.elapsed() >= READ_INDEX_RETRY
+            {
+                if self.node.role() != StateRole::Leader && self.node.leader_id() == 0 {
+                    if let Some((_, txs)) = in_flight.take() {
+                        for tx in txs {
+                            let _ = tx.send(Err(errors::NO_LEADER));
+                        }
+                    }
+                } else {
+                    let _ = self.node.read_index(seq.to_be_bytes().to_vec());
+                    round_started = Instant::now();
+                }
+            }
             if in_flight.is_none() && !waiting_reads.is_empty() {
                 if self.node.role() != StateRole::Leader && self.node.leader_id() == 0 {
                     for tx in waiting_reads.drain(..) {
@@ -113,7 +178,10 @@ impl RaftLoop {
                 } else {
                     read_seq += 1;
                     match self.node.read_index(read_seq.to_be_bytes().to_vec()) {
-                        Ok(()) => in_flight = Some((read_seq, std::mem::take(&mut waiting_reads))),
+                        Ok(()) => {
+                            in_flight = Some((read_seq, std::mem::take(&mut waiting_reads)));
+                            round_started = Instant::now();
+                        }
                         Err(_) => {
                             for tx in waiting_reads.drain(..) {
                                 let _ = tx.send(Err(errors::NO_LEADER));
@@ -147,14 +215,15 @@ impl RaftLoop {
                 return;
             }
         }
-        let status = self.node.status();
-        if status.progress.len() <= 1 && self.shared.cfg.initial_election_tick_advance {
+        if self.conf_state.voters == [self.shared.member_id]
+            && self.shared.cfg.initial_election_tick_advance
+        {
             let _ = self.node.campaign();
         }
     }
 
     fn handle_ready(&mut self, in_flight: &mut ReadRound) -> Result<(), String> {
-        let rd = self.node.ready();
+        let mut rd = self.node.ready();
         if let Some(hs) = rd.hard_state {
             self.shared.set_term_commit(hs.term, hs.commit);
         }
@@ -162,11 +231,8 @@ impl RaftLoop {
             self.shared
                 .set_leader(ss.leader_id, ss.raft_state == StateRole::Leader);
         }
-        if rd.snapshot.is_some() {
-            return Err(
-                "received a snapshot from a leader; snapshots to followers are not supported yet"
-                    .into(),
-            );
+        if let Some(snap) = &rd.snapshot {
+            self.save_received_snapshot(snap)?;
         }
         let hs = rd.hard_state.unwrap_or_default();
         self.wal
@@ -175,13 +241,16 @@ impl RaftLoop {
         if let Some(hs) = rd.hard_state {
             self.node.storage_mut().set_hard_state(hs);
         }
-        self.node.storage_mut().append(&rd.entries);
-        if !rd.messages.is_empty() {
-            tracing::debug!(
-                count = rd.messages.len(),
-                "dropping peer messages: no peer transport yet"
-            );
+        if let Some(snap) = &rd.snapshot {
+            self.node
+                .storage_mut()
+                .apply_snapshot(snap.clone())
+                .map_err(|e| format!("cannot install the leader's snapshot: {e}"))?;
+            self.install_snapshot(snap)?;
         }
+        self.node.storage_mut().append(&rd.entries);
+        // Sent only once persisted: a vote or an append acknowledgement must survive a crash.
+        self.send(std::mem::take(&mut rd.messages));
         let mut last_applied = None;
         for e in &rd.committed_entries {
             self.apply_entry(e);
@@ -236,8 +305,11 @@ impl RaftLoop {
             })
             .map_err(|e| format!("saving the snapshot marker at {index} failed: {e}"))?;
         self.wal.release_lock_to(index);
-        if index > CATCH_UP_ENTRIES {
-            let _ = self.node.storage_mut().compact(index - CATCH_UP_ENTRIES);
+        // Entries kept behind the snapshot so a slow follower can catch up without a
+        // snapshot transfer (--experimental-snapshot-catchup-entries).
+        let keep = self.shared.cfg.experimental_snapshot_catchup_entries;
+        if index > keep {
+            let _ = self.node.storage_mut().compact(index - keep);
         }
         self.snapshot_index = index;
         tracing::info!(snapshot_index = index, term, "saved snapshot");
@@ -302,25 +374,211 @@ impl RaftLoop {
                         return;
                     }
                 };
-                let cs = self.node.apply_conf_change(&cc);
-                tracing::info!(voters = ?cs.voters, learners = ?cs.learners, "applied a configuration change");
-                self.conf_state = cs;
-                if cc.r#type == ConfChangeType::ConfChangeAddNode as i32
-                    || cc.r#type == ConfChangeType::ConfChangeAddLearnerNode as i32
-                {
-                    match Member::from_json(cc.context()) {
-                        Ok(m) => {
-                            apply::apply_member_added(&self.shared.kv, e, &m);
-                            self.shared.add_member(m);
-                        }
-                        Err(err) => {
-                            tracing::warn!(error = %err, "conf change without a member in its context")
-                        }
-                    }
-                }
+                self.apply_conf_change(e, &cc);
             }
             _ => tracing::warn!(index = e.index, "skipping an entry of an unsupported type"),
         }
+    }
+}
+
+impl RaftLoop {
+    /// The leader raft follows was removed from the cluster: a proposal forwarded to it
+    /// would be lost, so it is refused until a new leader is elected.
+    fn leader_gone(&self) -> bool {
+        let leader = self.node.leader_id();
+        leader != 0
+            && leader != self.shared.member_id
+            && self
+                .shared
+                .removed
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(&leader)
+    }
+
+    /// Applies a committed membership change: validated against the members as of now (the
+    /// same on every member), then made in raft, the backend, the member list and the
+    /// transport; the proposer learns the outcome.
+    fn apply_conf_change(&mut self, e: &Entry, cc: &ConfChange) {
+        let kv = self.shared.kv.clone();
+        if e.index <= kv.consistent_index() {
+            self.replay_conf_change(cc);
+            return;
+        }
+        // Validated against the applied membership in the db, the same on every member.
+        let members = super::bootstrap::load_members(&kv);
+        let removed = super::bootstrap::load_removed(&kv);
+        let verdict = reconfig::validate(&members, &removed, cc);
+        let change = verdict.clone().unwrap_or(MemberChange::Nothing);
+        if verdict.is_ok() {
+            let cs = self.node.apply_conf_change(cc);
+            tracing::info!(voters = ?cs.voters, learners = ?cs.learners, "applied a configuration change");
+            self.conf_state = cs;
+        } else if let Err(err) = &verdict {
+            tracing::warn!(node_id = %id_hex(cc.node_id), error = %err.message, "refused a configuration change");
+        }
+        apply::apply_member_change(&kv, e, &change);
+        let mut removed_self = false;
+        match &change {
+            MemberChange::Put(m) => {
+                tracing::info!(member = %id_hex(m.id), peer_urls = ?m.peer_urls, is_learner = m.is_learner, "cluster member added or changed");
+                self.transport.set_peer(m.id, m.peer_urls.clone());
+                self.shared.put_member(m.clone());
+            }
+            MemberChange::Removed(id) => {
+                tracing::info!(removed_member_id = %id_hex(*id), "removed member");
+                self.transport.remove_peer(*id);
+                self.shared.remove_member(*id);
+                removed_self = *id == self.shared.member_id;
+            }
+            MemberChange::Nothing => {}
+        }
+        if cc.id != 0 {
+            self.shared.wait.trigger(
+                cc.id,
+                apply::Outcome {
+                    result: verdict.map(|_| Applied::Members(self.shared.members_now())),
+                    revision: kv.current_rev(),
+                },
+            );
+        }
+        if removed_self {
+            tracing::warn!("{REMOVED_MESSAGE}");
+            self.shared.fail(REMOVED_MESSAGE.to_string());
+        }
+    }
+
+    /// A conf change replayed after a restart whose effect the db already holds. Whether it
+    /// was valid then is not known now, but the membership it led to is (the `members`
+    /// bucket), so raft is given exactly the changes that lead there.
+    fn replay_conf_change(&mut self, cc: &ConfChange) {
+        let members = super::bootstrap::load_members(&self.shared.kv);
+        let final_of = |id: u64| members.iter().find(|m| m.id == id);
+        let apply = match ConfChangeType::try_from(cc.r#type) {
+            Ok(ConfChangeType::ConfChangeAddNode) => {
+                final_of(cc.node_id).is_some_and(|m| !m.is_learner)
+            }
+            Ok(ConfChangeType::ConfChangeAddLearnerNode) => final_of(cc.node_id).is_some(),
+            Ok(ConfChangeType::ConfChangeRemoveNode) => final_of(cc.node_id).is_none(),
+            _ => false,
+        };
+        if apply {
+            self.conf_state = self.node.apply_conf_change(cc);
+        }
+        if cc.r#type == ConfChangeType::ConfChangeRemoveNode as i32
+            && cc.node_id == self.shared.member_id
+            && apply
+        {
+            tracing::warn!("{REMOVED_MESSAGE}");
+            self.shared.fail(REMOVED_MESSAGE.to_string());
+        }
+    }
+
+    /// Hands messages to the transport; a snapshot message gets this member's db image.
+    fn send(&mut self, msgs: Vec<Message>) {
+        if msgs.is_empty() {
+            return;
+        }
+        let mut plain = Vec::with_capacity(msgs.len());
+        for m in msgs {
+            if m.r#type == MessageType::MsgSnap as i32 {
+                self.send_snapshot(m);
+            } else {
+                plain.push(m);
+            }
+        }
+        self.transport.send(plain);
+    }
+
+    /// etcd's merged snapshot: raft's snapshot message re-stamped with the applied index (and
+    /// its term and membership), sent with the backend image at exactly that index.
+    fn send_snapshot(&mut self, mut m: Message) {
+        let to = m.to;
+        let backend = self.shared.kv.backend();
+        if let Err(e) = backend.force_commit() {
+            tracing::warn!(error = %e, "cannot commit the backend for a snapshot; will retry");
+            self.node.report_snapshot(to, SnapshotStatus::Failure);
+            return;
+        }
+        let db = backend.db();
+        let tx = db.begin_read();
+        let index = self.applied_index;
+        let term = match self.node.storage().term(index) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(index, error = %e, "no term for the applied index; snapshot not sent");
+                self.node.report_snapshot(to, SnapshotStatus::Failure);
+                return;
+            }
+        };
+        let data = m.snapshot.take().map(|s| s.data).unwrap_or_default();
+        m.snapshot = Some(Snapshot {
+            data,
+            metadata: Some(SnapshotMetadata {
+                conf_state: Some(self.conf_state.clone()),
+                index,
+                term,
+            }),
+        });
+        self.transport.send_snapshot(m, db, tx);
+    }
+
+    /// A follower's first step with the leader's snapshot: its db image (received before the
+    /// message) must be there; then the .snap file and the WAL marker make it durable.
+    fn save_received_snapshot(&mut self, snap: &Snapshot) -> Result<(), String> {
+        let md = snap.metadata.clone().unwrap_or_default();
+        self.snapshotter
+            .db_file_path_existing(md.index)
+            .map_err(|e| format!("the leader's snapshot at {} has no db image: {e}", md.index))?;
+        self.snapshotter
+            .save_snap(snap)
+            .map_err(|e| format!("saving the leader's snapshot at {} failed: {e}", md.index))?;
+        self.wal
+            .save_snapshot(&walpb::Snapshot {
+                index: md.index,
+                term: md.term,
+                conf_state: md.conf_state.clone(),
+            })
+            .map_err(|e| format!("saving the snapshot marker at {} failed: {e}", md.index))?;
+        Ok(())
+    }
+
+    /// Swaps the leader's db image in for ours and rebuilds everything derived from the db.
+    fn install_snapshot(&mut self, snap: &Snapshot) -> Result<(), String> {
+        let md = snap.metadata.clone().unwrap_or_default();
+        let cfg = &self.shared.cfg;
+        super::bootstrap::install_snapshot_db(&self.snapshotter, md.index, &cfg.backend_path())
+            .map_err(|e| e.to_string())?;
+        let db = common::backend::Db::open(cfg.backend_path())
+            .map_err(|e| format!("cannot open the db received from the leader: {e}"))?;
+        self.shared
+            .kv
+            .restore(db)
+            .map_err(|e| format!("cannot load the db received from the leader: {e}"))?;
+        let kv = &self.shared.kv;
+        self.shared
+            .lessor
+            .replace_with(super::bootstrap::leases_of(cfg, kv));
+        self.shared.alarms.reload(kv);
+        let members = super::bootstrap::load_members(kv);
+        let removed = super::bootstrap::load_removed(kv);
+        for m in &members {
+            self.transport.set_peer(m.id, m.peer_urls.clone());
+        }
+        for id in &removed {
+            self.transport.remove_peer(*id);
+        }
+        self.shared.set_members(members, removed);
+        self.conf_state = md.conf_state.unwrap_or_default();
+        self.snapshot_index = md.index;
+        self.applied_index = md.index;
+        self.shared.set_applied(md.index);
+        tracing::info!(
+            snapshot_index = md.index,
+            revision = kv.current_rev(),
+            "applied the leader's snapshot to the backend"
+        );
+        Ok(())
     }
 }
 

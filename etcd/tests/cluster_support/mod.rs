@@ -1,0 +1,456 @@
+// Test support for multi-member clusters: members of any etcd-compatible binary (ours or the
+// real etcd 3.4) on free loopback ports, TCP proxies in front of peer ports that a test can
+// cut to partition a member, and a writer that records every acknowledged write.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::support::free_port;
+
+/// A loopback TCP proxy; `cut` drops every connection through it and refuses new ones.
+pub struct Proxy {
+    pub port: u16,
+    cut: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<TcpStream>>>,
+    stop: Arc<AtomicBool>,
+}
+
+fn pipe(mut from: TcpStream, mut to: TcpStream) {
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if to.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    let _ = to.shutdown(Shutdown::Both);
+    let _ = from.shutdown(Shutdown::Both);
+}
+
+impl Proxy {
+    /// Forwards a free port to 127.0.0.1:`target`.
+    pub fn start(target: u16) -> Proxy {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
+        let port = l.local_addr().expect("proxy addr").port();
+        let cut = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let (c, s, cs) = (cut.clone(), stop.clone(), conns.clone());
+        std::thread::spawn(move || {
+            for inbound in l.incoming() {
+                if s.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(inbound) = inbound else { continue };
+                if c.load(Ordering::SeqCst) {
+                    let _ = inbound.shutdown(Shutdown::Both);
+                    continue;
+                }
+                let Ok(outbound) = TcpStream::connect(("127.0.0.1", target)) else {
+                    continue;
+                };
+                let _ = inbound.set_nodelay(true);
+                let _ = outbound.set_nodelay(true);
+                {
+                    let mut g = cs.lock().unwrap_or_else(|e| e.into_inner());
+                    g.extend(inbound.try_clone().ok());
+                    g.extend(outbound.try_clone().ok());
+                }
+                let (i2, o2) = match (inbound.try_clone(), outbound.try_clone()) {
+                    (Ok(i), Ok(o)) => (i, o),
+                    _ => continue,
+                };
+                std::thread::spawn(move || pipe(inbound, outbound));
+                std::thread::spawn(move || pipe(o2, i2));
+            }
+        });
+        Proxy {
+            port,
+            cut,
+            conns,
+            stop,
+        }
+    }
+
+    pub fn set_cut(&self, cut: bool) {
+        self.cut.store(cut, Ordering::SeqCst);
+        if cut {
+            for c in self
+                .conns
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .drain(..)
+            {
+                let _ = c.shutdown(Shutdown::Both);
+            }
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.set_cut(true);
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+    }
+}
+
+/// One member: its process, URLs and data dir.
+pub struct Node {
+    pub name: String,
+    pub client_url: String,
+    /// The URL it listens on for peers.
+    pub listen_peer: String,
+    /// The URL the others reach it at (through its proxy when the cluster has proxies).
+    pub advertise_peer: String,
+    pub data_dir: PathBuf,
+    pub child: Option<Child>,
+    pub proxy: Option<Proxy>,
+    pub extra: Vec<String>,
+    pub initial_cluster: String,
+    pub state: &'static str,
+}
+
+impl Node {
+    /// A member to be added to a running cluster (its settings come from `member add`).
+    pub fn new_for_join(dir: &Path, name: &str) -> Node {
+        Node::new(dir, name, false)
+    }
+
+    fn new(dir: &Path, name: &str, proxied: bool) -> Node {
+        let peer_port = free_port();
+        let proxy = proxied.then(|| Proxy::start(peer_port));
+        let advertise = match &proxy {
+            Some(p) => format!("http://127.0.0.1:{}", p.port),
+            None => format!("http://127.0.0.1:{peer_port}"),
+        };
+        Node {
+            name: name.to_string(),
+            client_url: format!("http://127.0.0.1:{}", free_port()),
+            listen_peer: format!("http://127.0.0.1:{peer_port}"),
+            advertise_peer: advertise,
+            data_dir: dir.join(name),
+            child: None,
+            proxy,
+            extra: Vec::new(),
+            initial_cluster: String::new(),
+            state: "new",
+        }
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.data_dir.with_extension("log")
+    }
+
+    pub fn spawn(&mut self, bin: &str) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .expect("open member log");
+        let child = Command::new(bin)
+            .args(["--name", &self.name])
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .args(["--listen-client-urls", &self.client_url])
+            .args(["--advertise-client-urls", &self.client_url])
+            .args(["--listen-peer-urls", &self.listen_peer])
+            .args(["--initial-advertise-peer-urls", &self.advertise_peer])
+            .args(["--initial-cluster", &self.initial_cluster])
+            .args(["--initial-cluster-state", self.state])
+            .args(["--initial-cluster-token", "test-cluster"])
+            .args(&self.extra)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn member");
+        self.child = Some(child);
+    }
+
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM, and wait for the process to end.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // Safety: signalling our own child by its pid.
+            unsafe {
+                libc::kill(c.id() as i32, libc::SIGTERM);
+            }
+            let _ = c.wait();
+        }
+    }
+
+    /// Whether the process has exited (and how).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    pub fn etcdctl(&self, args: &[&str]) -> Output {
+        Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", &self.client_url, "--command-timeout", "5s"])
+            .args(args)
+            .output()
+            .expect("run etcdctl")
+    }
+
+    pub fn etcdctl_ok(&self, args: &[&str]) -> String {
+        let out = self.etcdctl(args);
+        assert!(
+            out.status.success(),
+            "etcdctl {args:?} on {} failed: {}\nlog: {}",
+            self.name,
+            String::from_utf8_lossy(&out.stderr),
+            self.log_path().display()
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The member's own view of a key (serializable read: no leader needed).
+    pub fn local_get(&self, key: &str) -> Option<String> {
+        let out = self.etcdctl(&["get", key, "--consistency=s", "--print-value-only"]);
+        if !out.status.success() {
+            return None;
+        }
+        let s = String::from_utf8_lossy(&out.stdout).trim_end().to_string();
+        (!s.is_empty()).then_some(s)
+    }
+
+    /// Waits until `endpoint health` passes (the member has a leader and serves).
+    pub fn wait_healthy(&mut self, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            if self.etcdctl(&["endpoint", "health"]).status.success() {
+                return;
+            }
+            if let Some(st) = self.exited() {
+                panic!(
+                    "member {} exited ({st}); log: {}",
+                    self.name,
+                    self.log_path().display()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "member {} not healthy within {within:?}; log: {}",
+                self.name,
+                self.log_path().display()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Waits until the member's local store has `key` = `value`.
+    pub fn wait_local(&self, key: &str, value: &str, within: Duration) {
+        let deadline = Instant::now() + within;
+        while self.local_get(key).as_deref() != Some(value) {
+            assert!(
+                Instant::now() < deadline,
+                "member {} never saw {key}={value}; log: {}",
+                self.name,
+                self.log_path().display()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+pub struct Cluster {
+    pub bin: String,
+    pub nodes: Vec<Node>,
+}
+
+impl Cluster {
+    /// Starts `n` members of `bin` with `extra` flags and waits until all are healthy.
+    pub fn start(bin: &str, dir: &Path, n: usize, proxied: bool, extra: &[&str]) -> Cluster {
+        let mut nodes: Vec<Node> = (1..=n)
+            .map(|i| Node::new(dir, &format!("m{i}"), proxied))
+            .collect();
+        let ic = nodes
+            .iter()
+            .map(|m| format!("{}={}", m.name, m.advertise_peer))
+            .collect::<Vec<_>>()
+            .join(",");
+        for m in &mut nodes {
+            m.initial_cluster = ic.clone();
+            m.extra = extra.iter().map(|s| s.to_string()).collect();
+            m.spawn(bin);
+        }
+        for m in &mut nodes {
+            m.wait_healthy(Duration::from_secs(30));
+        }
+        Cluster {
+            bin: bin.to_string(),
+            nodes,
+        }
+    }
+
+    /// Every client URL, comma separated (for etcdctl --endpoints).
+    pub fn endpoints(&self) -> String {
+        self.nodes
+            .iter()
+            .filter(|m| m.child.is_some())
+            .map(|m| m.client_url.clone())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The index of the member that says it leads, waiting up to `within` for one.
+    pub fn leader(&self, within: Duration) -> usize {
+        let deadline = Instant::now() + within;
+        loop {
+            for (i, m) in self.nodes.iter().enumerate() {
+                if m.child.is_none() {
+                    continue;
+                }
+                let out = m.etcdctl(&["endpoint", "status", "-w", "json"]);
+                if !out.status.success() {
+                    continue;
+                }
+                let v: serde_json::Value =
+                    serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+                let st = &v[0]["Status"];
+                let me = st["header"]["member_id"].as_u64();
+                if me.is_some() && st["leader"].as_u64() == me {
+                    return i;
+                }
+            }
+            assert!(Instant::now() < deadline, "no leader within {within:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// A member's ID as etcdctl prints it (hex), from `member list`.
+    pub fn member_id_hex(&self, name: &str) -> String {
+        let any = self
+            .nodes
+            .iter()
+            .find(|m| m.child.is_some())
+            .expect("a running member");
+        any.etcdctl_ok(&["member", "list"])
+            .lines()
+            .find(|l| l.split(", ").nth(2) == Some(name))
+            .and_then(|l| l.split(", ").next())
+            .unwrap_or_else(|| panic!("member {name} not in the member list"))
+            .to_string()
+    }
+}
+
+/// Writes keys `prefix<n>` through a gRPC client, round robin over the endpoints it is given,
+/// and records each write the server acknowledged.
+pub struct Writer {
+    stop: Arc<AtomicBool>,
+    acked: Arc<Mutex<Vec<String>>>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Writer {
+    pub fn start(endpoints: Vec<String>, prefix: &str) -> Writer {
+        let stop = Arc::new(AtomicBool::new(false));
+        let acked: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (s, a, prefix) = (stop.clone(), acked.clone(), prefix.to_string());
+        let handle = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("writer runtime");
+            rt.block_on(async move {
+                use proto::etcdserverpb::{PutRequest, kv_client::KvClient};
+                let mut n = 0u64;
+                let mut clients: Vec<Option<KvClient<tonic::transport::Channel>>> =
+                    vec![None; endpoints.len()];
+                while !s.load(Ordering::SeqCst) {
+                    let i = (n as usize) % endpoints.len();
+                    n += 1;
+                    if clients[i].is_none() {
+                        let ep = tonic::transport::Endpoint::from_shared(endpoints[i].clone())
+                            .expect("endpoint")
+                            .connect_timeout(Duration::from_millis(500))
+                            .timeout(Duration::from_secs(3));
+                        clients[i] = ep.connect().await.ok().map(KvClient::new);
+                    }
+                    let Some(c) = clients[i].as_mut() else {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    };
+                    let key = format!("{prefix}{n:08}");
+                    let req = PutRequest {
+                        key: key.clone().into_bytes(),
+                        value: b"v".to_vec(),
+                        ..Default::default()
+                    };
+                    match c.put(req).await {
+                        Ok(_) => a.lock().unwrap_or_else(|e| e.into_inner()).push(key),
+                        Err(st)
+                            if st.code() == tonic::Code::Unavailable
+                                && st.message().contains("transport") =>
+                        {
+                            clients[i] = None
+                        }
+                        Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                    }
+                }
+            });
+        });
+        Writer {
+            stop,
+            acked,
+            handle: Some(handle),
+        }
+    }
+
+    pub fn acked_count(&self) -> usize {
+        self.acked.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Stops writing; the keys whose writes were acknowledged.
+    pub fn finish(mut self) -> Vec<String> {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+        std::mem::take(&mut *self.acked.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// Checks that every acknowledged key is in the cluster (one linearizable prefix read).
+pub fn assert_all_present(node: &Node, prefix: &str, acked: &[String]) {
+    let out = node.etcdctl_ok(&["get", prefix, "--prefix", "--keys-only"]);
+    let present: std::collections::HashSet<&str> = out.lines().filter(|l| !l.is_empty()).collect();
+    let missing: Vec<&String> = acked
+        .iter()
+        .filter(|k| !present.contains(k.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {} acknowledged writes are missing, e.g. {:?}",
+        missing.len(),
+        acked.len(),
+        &missing[..missing.len().min(5)]
+    );
+}

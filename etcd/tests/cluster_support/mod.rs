@@ -288,6 +288,7 @@ pub struct Cluster {
 impl Cluster {
     /// Starts `n` members of `bin` with `extra` flags and waits until all are healthy.
     pub fn start(bin: &str, dir: &Path, n: usize, proxied: bool, extra: &[&str]) -> Cluster {
+        std::fs::create_dir_all(dir).expect("create the cluster's dir");
         let mut nodes: Vec<Node> = (1..=n)
             .map(|i| Node::new(dir, &format!("m{i}"), proxied))
             .collect();

@@ -172,7 +172,10 @@ fn learner_added_promoted_and_old_member_removed_under_writes() {
     new.state = "existing";
     new.extra = FAST.iter().map(|s| s.to_string()).collect();
     new.spawn(OURS);
-    new.wait_healthy(Duration::from_secs(20));
+    // A learner is never "healthy" to etcdctl (its linearizable check read is refused), so
+    // wait for it to serve what the cluster wrote.
+    c.nodes[0].etcdctl_ok(&["put", "before-learner", "x"]);
+    new.wait_local("before-learner", "x", Duration::from_secs(20));
     let id4 = c.member_id_hex("m4");
     let list = c.nodes[1].etcdctl_ok(&["member", "list"]);
     assert!(
@@ -181,6 +184,23 @@ fn learner_added_promoted_and_old_member_removed_under_writes() {
             new.advertise_peer, new.client_url
         )),
         "{list}"
+    );
+
+    // A learner serves serializable reads only.
+    let put = new.etcdctl(&["put", "to-learner", "x"]);
+    let err = String::from_utf8_lossy(&put.stderr);
+    assert!(
+        err.contains("etcdserver: rpc not supported for learner"),
+        "{err}"
+    );
+    let get = new.etcdctl(&["get", "w/", "--prefix", "--limit", "1"]);
+    assert!(
+        String::from_utf8_lossy(&get.stderr).contains("etcdserver: rpc not supported for learner")
+    );
+    assert!(
+        new.etcdctl(&["get", "w/", "--prefix", "--limit", "1", "--consistency=s"])
+            .status
+            .success()
     );
 
     // Promote once it has caught up (etcd refuses before, with its error).
@@ -376,4 +396,138 @@ fn endpoint_status_and_health_across_the_cluster_and_move_leader() {
     let follower = (target + 1) % 3;
     let bad = c.nodes[follower].etcdctl(&["move-leader", &tid]);
     assert!(!bad.status.success());
+}
+
+/// Changes the value of the newest revision in a stopped member's db, behind raft's back.
+fn corrupt_newest_value(db_path: &std::path::Path) {
+    use common::backend::{Db, ReadTxn};
+    use prost::Message;
+    let db = Db::open(db_path).expect("open the member's db");
+    let (k, v) = {
+        let tx = db.begin_read();
+        let mut c = tx.cursor(b"key").expect("key bucket");
+        let (k, v) = c.last().expect("read").expect("a revision");
+        (k.to_vec(), v.to_vec())
+    };
+    let mut kv = proto::mvccpb::KeyValue::decode(v.as_slice()).expect("a key-value");
+    kv.value = b"corrupted".to_vec();
+    let mut tx = db.begin_write().expect("write tx");
+    tx.put(b"key", &k, &kv.encode_to_vec()).expect("put");
+    tx.commit().expect("commit");
+}
+
+#[test]
+fn corruption_is_found_at_start_and_by_the_leaders_periodic_check() {
+    let dir = tmp();
+    let mut flags = FAST.to_vec();
+    flags.extend(["--experimental-corrupt-check-time", "1s"]);
+    let mut c = Cluster::start(OURS, dir.path(), 3, false, &flags);
+    c.nodes[0].etcdctl_ok(&["put", "a", "1"]);
+    c.nodes[0].etcdctl_ok(&["put", "b", "2"]);
+    c.nodes[2].wait_local("b", "2", Duration::from_secs(5));
+    c.nodes[2].stop();
+    corrupt_newest_value(&c.nodes[2].data_dir.join("member/snap/db"));
+
+    // With the initial check, the corrupt member refuses to start.
+    c.nodes[2]
+        .extra
+        .push("--experimental-initial-corrupt-check=true".into());
+    c.nodes[2].spawn(OURS);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(st) = c.nodes[2].exited() {
+            break st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the corrupt member started anyway"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(!status.success());
+    c.nodes[2].child = None;
+    let log = std::fs::read_to_string(c.nodes[2].log_path()).unwrap_or_default();
+    assert!(
+        log.contains("found data inconsistency with peers"),
+        "log: {}",
+        c.nodes[2].log_path().display()
+    );
+
+    // Without it, it starts, and the leader's periodic check raises CORRUPT for it.
+    c.nodes[2].extra.pop();
+    c.nodes[2].spawn(OURS);
+    c.nodes[2].wait_healthy(Duration::from_secs(20));
+    let id3 = c.member_id_hex("m3");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let alarms = c.nodes[0].etcdctl_ok(&["alarm", "list"]);
+        if alarms.contains("alarm:CORRUPT") {
+            let dec = u64::from_str_radix(&id3, 16).expect("hex id");
+            assert!(
+                alarms.contains(&format!("memberID:{dec} alarm:CORRUPT")),
+                "{alarms}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "no CORRUPT alarm was raised");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Then the cluster refuses reads and writes, as etcd's does.
+    let out = c.nodes[1].etcdctl(&["put", "c", "3"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("etcdserver: corrupt cluster"));
+}
+
+#[test]
+fn a_member_with_another_cluster_configuration_is_refused_not_split() {
+    let dir = tmp();
+    let mut nodes: Vec<Node> = (1..=3)
+        .map(|i| Node::new_for_join(dir.path(), &format!("m{i}")))
+        .collect();
+    let ic = nodes
+        .iter()
+        .map(|m| format!("{}={}", m.name, m.advertise_peer))
+        .collect::<Vec<_>>()
+        .join(",");
+    for m in &mut nodes {
+        m.initial_cluster = ic.clone();
+        m.extra = FAST.iter().map(|s| s.to_string()).collect();
+    }
+    // m3 was given another token: its member and cluster IDs differ from the others'.
+    nodes[2]
+        .extra
+        .extend(["--initial-cluster-token".to_string(), "another".to_string()]);
+    for m in &mut nodes {
+        m.spawn(OURS);
+    }
+    nodes[0].wait_healthy(Duration::from_secs(20));
+    nodes[1].wait_healthy(Duration::from_secs(20));
+    nodes[0].etcdctl_ok(&["put", "k", "v"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let log = std::fs::read_to_string(nodes[2].log_path()).unwrap_or_default();
+        if log.contains("check --initial-cluster and --initial-cluster-token") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "m3 did not report the mismatch; log: {}",
+            nodes[2].log_path().display()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // m3 never joined: it has no leader and the others' write is not there.
+    assert!(
+        !nodes[2]
+            .etcdctl(&["--command-timeout", "1s", "get", "k"])
+            .status
+            .success()
+    );
+    assert_eq!(nodes[2].local_get("k"), None);
+    // It never published its client URLs to the others' cluster.
+    let list = nodes[0].etcdctl_ok(&["member", "list"]);
+    let m3 = list
+        .lines()
+        .find(|l| l.contains(", m3, "))
+        .expect("m3 listed");
+    assert!(m3.contains(", , "), "{list}");
 }

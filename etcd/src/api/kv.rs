@@ -38,6 +38,7 @@ impl Kv for KvService {
         request: Request<RangeRequest>,
     ) -> Result<Response<RangeResponse>, Status> {
         let r = request.into_inner();
+        self.server.guard(r.serializable)?;
         kv::check_range(&r)?;
         if !r.serializable {
             self.server.linearizable_read().await?;
@@ -50,6 +51,7 @@ impl Kv for KvService {
 
     async fn put(&self, request: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
         let r = request.into_inner();
+        self.server.guard(false)?;
         kv::check_put(&r)?;
         self.server
             .check_quota(prost::Message::encoded_len(&r))
@@ -74,6 +76,7 @@ impl Kv for KvService {
         request: Request<DeleteRangeRequest>,
     ) -> Result<Response<DeleteRangeResponse>, Status> {
         let r = request.into_inner();
+        self.server.guard(false)?;
         kv::check_delete(&r)?;
         let (applied, rev) = self
             .propose(InternalRaftRequest {
@@ -92,6 +95,7 @@ impl Kv for KvService {
 
     async fn txn(&self, request: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {
         let r = request.into_inner();
+        self.server.guard(false)?;
         kv::check_txn(&r, self.server.cfg().max_txn_ops)?;
         if kv::is_read_only_txn(&r) {
             // A txn that only reads is served like a Range, without going through raft.
@@ -128,6 +132,7 @@ impl Kv for KvService {
         request: Request<CompactionRequest>,
     ) -> Result<Response<CompactionResponse>, Status> {
         let r = request.into_inner();
+        self.server.guard(false)?;
         let (applied, rev) = self
             .propose(InternalRaftRequest {
                 compaction: Some(r),

@@ -34,6 +34,7 @@ impl Lease for LeaseService {
         &self,
         r: Request<LeaseGrantRequest>,
     ) -> Result<Response<LeaseGrantResponse>, Status> {
+        self.server.guard(false)?;
         let mut r = r.into_inner();
         if r.ttl > MAX_LEASE_TTL {
             return Err(errors::LEASE_TTL_TOO_LARGE.status());
@@ -62,6 +63,7 @@ impl Lease for LeaseService {
         &self,
         r: Request<LeaseRevokeRequest>,
     ) -> Result<Response<LeaseRevokeResponse>, Status> {
+        self.server.guard(false)?;
         let out = self
             .server
             .propose(InternalRaftRequest {
@@ -85,6 +87,7 @@ impl Lease for LeaseService {
         &self,
         r: Request<Streaming<LeaseKeepAliveRequest>>,
     ) -> Result<Response<Self::LeaseKeepAliveStream>, Status> {
+        self.server.guard(false)?;
         let mut inbound = r.into_inner();
         let (tx, rx) = mpsc::channel(16);
         let server = self.server.clone();
@@ -104,6 +107,7 @@ impl Lease for LeaseService {
         &self,
         r: Request<LeaseTimeToLiveRequest>,
     ) -> Result<Response<LeaseTimeToLiveResponse>, Status> {
+        self.server.guard(false)?;
         let resp = self.server.lease_time_to_live(r.into_inner()).await?;
         Ok(Response::new(resp))
     }
@@ -112,6 +116,7 @@ impl Lease for LeaseService {
         &self,
         _r: Request<LeaseLeasesRequest>,
     ) -> Result<Response<LeaseLeasesResponse>, Status> {
+        self.server.guard(false)?;
         Ok(Response::new(LeaseLeasesResponse {
             header: self.server.header(self.server.kv().current_rev()),
             leases: self

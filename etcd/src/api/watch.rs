@@ -320,6 +320,7 @@ impl Watch for WatchService {
         &self,
         request: Request<Streaming<WatchRequest>>,
     ) -> Result<Response<Self::WatchStream>, Status> {
+        self.server.guard(false)?;
         let inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         tokio::spawn(run_stream(self.server.clone(), inbound, tx));

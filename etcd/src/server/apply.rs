@@ -162,7 +162,16 @@ pub fn apply_normal(
     let grows = req.put.is_some()
         || req.lease_grant.is_some()
         || req.txn.as_ref().is_some_and(|t| !kv::is_read_only_txn(t));
-    let result = if grows && alarms.has(AlarmType::Nospace) {
+    // With CORRUPT raised, etcd applies no KV or lease change at all.
+    let touches_store = req.put.is_some()
+        || req.delete_range.is_some()
+        || req.txn.is_some()
+        || req.compaction.is_some()
+        || req.lease_grant.is_some()
+        || req.lease_revoke.is_some();
+    let result = if touches_store && alarms.has(AlarmType::Corrupt) {
+        Err(errors::CORRUPT)
+    } else if grows && alarms.has(AlarmType::Nospace) {
         Err(errors::NO_SPACE)
     } else if let Some(a) = &req.alarm {
         let m = AlarmMember {

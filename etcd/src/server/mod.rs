@@ -5,6 +5,7 @@ pub mod alarms;
 pub mod apply;
 pub mod bootstrap;
 pub mod compactor;
+pub mod corrupt;
 pub mod raft_loop;
 pub mod reconfig;
 pub mod wait;
@@ -250,6 +251,22 @@ impl EtcdServer {
         let (tx, rx) = oneshot::channel();
         self.send(RaftMsg::Status(tx))?;
         rx.await.map_err(|_| errors::STOPPED)
+    }
+
+    /// What etcd refuses before touching the store: a learner serves only serializable reads
+    /// (and Status, MemberList); with the CORRUPT alarm raised nothing is read or written.
+    pub fn guard(&self, serializable_read: bool) -> Result<(), ApiError> {
+        if !serializable_read && self.is_learner() {
+            return Err(errors::NOT_SUPPORTED_FOR_LEARNER);
+        }
+        if self
+            .shared
+            .alarms
+            .has(proto::etcdserverpb::AlarmType::Corrupt)
+        {
+            return Err(errors::CORRUPT);
+        }
+        Ok(())
     }
 
     /// Whether this member is a learner now.

@@ -102,10 +102,7 @@ pub async fn run(
             async move { client.stream(req).await }
         });
         connected.store(true, Ordering::Relaxed);
-        if logged_down {
-            tracing::info!(remote_peer_id = %id_hex(id), "peer became active");
-        }
-        backoff = MIN_BACKOFF;
+        let opened = std::time::Instant::now();
         // Forward until the call ends (the peer went away or refused us).
         loop {
             let Some(first) = rx.recv().await else {
@@ -124,19 +121,38 @@ pub async fn run(
             }
         }
         connected.store(false, Ordering::Relaxed);
+        let lived = opened.elapsed() >= Duration::from_secs(1);
+        if lived {
+            // The stream worked for a while: the next trouble is news again.
+            logged_down = false;
+        }
         match call.await {
             Ok(Err(s)) if is_removed(&s) => {
                 tracing::error!(remote_peer_id = %id_hex(id), "{REMOVED_MESSAGE}");
                 report(Report::Removed);
                 return;
             }
+            Ok(Err(s)) if s.code() == tonic::Code::FailedPrecondition => {
+                // Another cluster (a different --initial-cluster or token): say so once.
+                if !logged_down {
+                    tracing::error!(remote_peer_id = %id_hex(id), error = %s.message(), "peer refused our messages; check --initial-cluster and --initial-cluster-token on both members");
+                }
+            }
             Ok(Err(s)) => {
-                tracing::warn!(remote_peer_id = %id_hex(id), error = %s.message(), "lost the stream to a peer");
+                if !logged_down {
+                    tracing::warn!(remote_peer_id = %id_hex(id), error = %s.message(), "lost the stream to a peer");
+                }
             }
             _ => {}
         }
         logged_down = true;
         report(Report::Unreachable(id));
+        // A stream refused at once must not turn into a tight reconnect loop.
+        backoff = if lived {
+            MIN_BACKOFF
+        } else {
+            (backoff * 2).min(MAX_BACKOFF)
+        };
         tokio::time::sleep(backoff).await;
     }
 }

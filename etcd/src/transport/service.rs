@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use prost::Message as _;
 use proto::etcdserverpb::{
-    LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseTimeToLiveRequest, LeaseTimeToLiveResponse,
-    MemberPromoteRequest, MemberPromoteResponse,
+    HashKvRequest, HashKvResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
+    LeaseTimeToLiveRequest, LeaseTimeToLiveResponse, MemberPromoteRequest, MemberPromoteResponse,
 };
 use proto::peerpb::peer_server::{Peer, PeerServer};
 use proto::peerpb::{
@@ -184,6 +184,14 @@ impl Peer for PeerService {
         Ok(Response::new(r))
     }
 
+    async fn hash_kv(
+        &self,
+        req: Request<HashKvRequest>,
+    ) -> Result<Response<HashKvResponse>, Status> {
+        self.check(&req)?;
+        Ok(Response::new(self.hash(req.into_inner().revision).await?))
+    }
+
     async fn promote(
         &self,
         req: Request<MemberPromoteRequest>,
@@ -198,6 +206,14 @@ impl Peer for PeerService {
             header: self.server.header(self.server.kv().current_rev()),
             members,
         }))
+    }
+}
+
+impl PeerService {
+    async fn hash(&self, rev: i64) -> Result<HashKvResponse, Status> {
+        crate::server::corrupt::local_hash(&self.server, rev)
+            .await
+            .map_err(|e| e.status())
     }
 }
 

@@ -132,16 +132,12 @@ pub async fn run(
                 report(Report::Removed);
                 return;
             }
-            Ok(Err(s)) if s.code() == tonic::Code::FailedPrecondition => {
-                // Another cluster (a different --initial-cluster or token): say so once.
-                if !logged_down {
-                    tracing::error!(remote_peer_id = %id_hex(id), error = %s.message(), "peer refused our messages; check --initial-cluster and --initial-cluster-token on both members");
-                }
+            // Another cluster (a different --initial-cluster or token): said once.
+            Ok(Err(s)) if s.code() == tonic::Code::FailedPrecondition && !logged_down => {
+                tracing::error!(remote_peer_id = %id_hex(id), error = %s.message(), "peer refused our messages; check --initial-cluster and --initial-cluster-token on both members");
             }
-            Ok(Err(s)) => {
-                if !logged_down {
-                    tracing::warn!(remote_peer_id = %id_hex(id), error = %s.message(), "lost the stream to a peer");
-                }
+            Ok(Err(s)) if s.code() != tonic::Code::FailedPrecondition && !logged_down => {
+                tracing::warn!(remote_peer_id = %id_hex(id), error = %s.message(), "lost the stream to a peer");
             }
             _ => {}
         }

@@ -92,12 +92,12 @@ fn run(cfg: Config) -> Result<(), String> {
             r = server.wait_ready() => r.map_err(|e| format!("the member did not become ready: {e}"))?,
             f = server.wait_failed() => return Err(f),
         }
-        if server.cfg().experimental_initial_corrupt_check {
-            if let Err(e) = etcd::server::corrupt::initial_check(&server).await {
-                let s = server.clone();
-                let _ = tokio::task::spawn_blocking(move || s.stop()).await;
-                return Err(e);
-            }
+        if server.cfg().experimental_initial_corrupt_check
+            && let Err(e) = etcd::server::corrupt::initial_check(&server).await
+        {
+            let s = server.clone();
+            let _ = tokio::task::spawn_blocking(move || s.stop()).await;
+            return Err(e);
         }
         etcd::server::publish(&server).await;
         tokio::spawn(etcd::server::corrupt::run_periodic(server.clone()));

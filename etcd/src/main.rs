@@ -31,13 +31,8 @@ fn main() -> ExitCode {
             print!("{}", etcd::version::version_text());
             ExitCode::SUCCESS
         }
-        Action::ConfigFile(path) => {
-            eprintln!(
-                "etcd: --config-file {path}: configuration files are not supported yet; pass the settings as flags or ETCD_* variables"
-            );
-            ExitCode::from(1)
-        }
-        Action::Run => {
+        // A configuration file was read into `cfg` already.
+        Action::Run | Action::ConfigFile(_) => {
             if let Err(e) = etcd::logging::init(&cfg.log_outputs, cfg.log_level) {
                 eprintln!("etcd: cannot open log output: {e}");
                 return ExitCode::from(1);

@@ -540,11 +540,7 @@ fn leases_are_kept_alive_through_followers_and_survive_a_leader_change() {
     let f = (leader + 1) % 3;
     // Granted, attached and renewed through a follower.
     let out = c.nodes[f].etcdctl_ok(&["lease", "grant", "6"]);
-    let id = out
-        .split_whitespace()
-        .nth(1)
-        .expect("lease id")
-        .to_string();
+    let id = out.split_whitespace().nth(1).expect("lease id").to_string();
     c.nodes[f].etcdctl_ok(&["put", "leased", "x", "--lease", &id]);
     std::thread::sleep(Duration::from_secs(2));
     let ka = c.nodes[f].etcdctl_ok(&["lease", "keep-alive", "--once", &id]);
@@ -552,12 +548,17 @@ fn leases_are_kept_alive_through_followers_and_survive_a_leader_change() {
     // TTL as the leader knows it, asked on the other follower.
     let other = (leader + 2) % 3;
     let ttl = c.nodes[other].etcdctl_ok(&["lease", "timetolive", &id, "--keys"]);
-    assert!(ttl.contains("granted with TTL(6s)") && ttl.contains("attached keys([leased])"), "{ttl}");
+    assert!(
+        ttl.contains("granted with TTL(6s)") && ttl.contains("attached keys([leased])"),
+        "{ttl}"
+    );
     // The leader dies; the new one extends the lease before expiring anything.
     c.nodes[leader].kill9();
     let new = c.leader(Duration::from_secs(10));
     assert_eq!(
-        c.nodes[new].etcdctl_ok(&["get", "leased", "--print-value-only"]).trim(),
+        c.nodes[new]
+            .etcdctl_ok(&["get", "leased", "--print-value-only"])
+            .trim(),
         "x"
     );
     // Without renewals the lease does expire, and its key goes with it.

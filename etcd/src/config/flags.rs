@@ -598,6 +598,10 @@ pub fn parse(args: &[String], env: &[(String, String)]) -> Result<(Action, FlagV
         let Some(rest) = k.strip_prefix("ETCD_") else {
             continue;
         };
+        if rest == "CONFIG_FILE" {
+            // Read by Config::from_args, which then ignores the rest of the environment.
+            continue;
+        }
         let flag = rest.to_ascii_lowercase().replace('_', "-");
         let Some(spec) = spec(&flag) else {
             // ETCD_UNSUPPORTED_ARCH and the like are read elsewhere by etcd; not ours to judge.

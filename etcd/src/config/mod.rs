@@ -2,6 +2,7 @@
 // ETCD_* variables, checked before anything is written (a bad value stops the start).
 
 pub mod duration;
+pub mod file;
 pub mod flags;
 pub mod url;
 
@@ -154,13 +155,55 @@ pub fn parse_initial_cluster(s: &str) -> Result<Vec<(String, Url)>, String> {
     Ok(out)
 }
 
+/// The value of a --config-file (or -config-file) argument, if any.
+fn config_file_arg(args: &[String]) -> Option<String> {
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let name = a.trim_start_matches('-');
+        if name.len() == a.len() {
+            continue;
+        }
+        if let Some(v) = name.strip_prefix("config-file=") {
+            return Some(v.to_string());
+        }
+        if name == "config-file" {
+            return it.next().cloned();
+        }
+    }
+    None
+}
+
 impl Config {
     /// Builds the config from command-line `args` (without the program name) and `env`.
     pub fn from_args(
         args: &[String],
         env: &[(String, String)],
     ) -> Result<(Action, Config), ConfigError> {
-        let (action, f) = flags::parse(args, env).map_err(ConfigError::Flag)?;
+        // As etcd: a configuration file replaces every flag and environment variable, so it
+        // is looked for before they are parsed (they may even conflict).
+        let file = config_file_arg(args).or_else(|| {
+            env.iter()
+                .find(|(k, _)| k == "ETCD_CONFIG_FILE")
+                .map(|(_, v)| v.clone())
+        });
+        let help_or_version = args
+            .iter()
+            .any(|a| matches!(a.trim_start_matches('-'), "h" | "help" | "version"));
+        let (action, f) = match file {
+            Some(path) if !help_or_version => {
+                let text = std::fs::read_to_string(&path).map_err(|e| {
+                    ConfigError::Unsupported(format!(
+                        "cannot read the configuration file {path}: {e}"
+                    ))
+                })?;
+                let (file_args, warnings) =
+                    file::to_args(&path, &text).map_err(ConfigError::Unsupported)?;
+                let (_, mut f) = flags::parse(&file_args, &[]).map_err(ConfigError::Flag)?;
+                f.warnings.extend(warnings);
+                (Action::Run, f)
+            }
+            _ => flags::parse(args, env).map_err(ConfigError::Flag)?,
+        };
         let cfg = Config::from_flags(&f)?;
         Ok((action, cfg))
     }

@@ -385,6 +385,34 @@ fn endpoint_status_and_health_across_the_cluster_and_move_leader() {
         "{health}"
     );
 
+    // Every member's whole-backend Hash agrees once they applied the same entries.
+    c.nodes[0].etcdctl_ok(&["put", "h", "1"]);
+    for m in &c.nodes {
+        m.wait_local("h", "1", Duration::from_secs(5));
+    }
+    let hashes: Vec<u32> = c
+        .nodes
+        .iter()
+        .map(|m| {
+            let rt = tokio::runtime::Runtime::new().expect("runtime");
+            rt.block_on(async {
+                use proto::etcdserverpb::{HashRequest, maintenance_client::MaintenanceClient};
+                let mut mc = MaintenanceClient::connect(m.client_url.clone())
+                    .await
+                    .expect("connect");
+                mc.hash(HashRequest {})
+                    .await
+                    .expect("hash")
+                    .into_inner()
+                    .hash
+            })
+        })
+        .collect();
+    assert!(
+        hashes.iter().all(|h| *h == hashes[0] && *h != 0),
+        "{hashes:?}"
+    );
+
     // move-leader to a follower, sent to the leader as etcdctl does.
     let leader = c.leader(Duration::from_secs(5));
     let target = (leader + 1) % 3;

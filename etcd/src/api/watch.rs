@@ -24,6 +24,38 @@ const EVENTS_PER_ROUND: usize = 1000;
 /// Responses buffered per stream before the stream task waits for the client.
 const STREAM_BUFFER: usize = 128;
 
+/// etcd's fragment option: a response over `limit` bytes goes out as several, each with as
+/// many events as fit (at least one), all but the last marked `fragment`.
+fn fragments(resp: WatchResponse, fragment: bool, limit: usize) -> Vec<WatchResponse> {
+    use prost::Message;
+    if !fragment || resp.encoded_len() <= limit {
+        return vec![resp];
+    }
+    let mut out = Vec::new();
+    let mut cur = WatchResponse {
+        events: Vec::new(),
+        ..resp.clone()
+    };
+    let base = cur.encoded_len();
+    let mut size = base;
+    for e in resp.events {
+        let n = e.encoded_len() + 8;
+        if !cur.events.is_empty() && size + n > limit {
+            let next = WatchResponse {
+                events: Vec::new(),
+                ..cur.clone()
+            };
+            cur.fragment = true;
+            out.push(std::mem::replace(&mut cur, next));
+            size = base;
+        }
+        size += n;
+        cur.events.push(e);
+    }
+    out.push(cur);
+    out
+}
+
 pub struct WatchService {
     pub server: Arc<EtcdServer>,
 }
@@ -37,6 +69,8 @@ struct Watcher {
     no_delete: bool,
     prev_kv: bool,
     progress_notify: bool,
+    /// Split responses larger than --max-request-bytes (etcd's fragment option).
+    fragment: bool,
 }
 
 impl Watcher {
@@ -107,6 +141,7 @@ impl StreamState {
             no_delete: c.filters.contains(&(FilterType::Nodelete as i32)),
             prev_kv: c.prev_kv,
             progress_notify: c.progress_notify,
+            fragment: c.fragment,
         };
         self.watchers.insert(id, w);
         self.send(WatchResponse {
@@ -175,16 +210,27 @@ impl StreamState {
                     }
                     Err(_) => return false,
                 };
-                // A full round may end inside a revision: resume from the last complete one.
-                let through = if events.len() >= EVENTS_PER_ROUND {
+                // A full round may end inside a revision: resume from the last complete one;
+                // when the round holds one revision only, read all of it (a txn's events
+                // travel together, however many).
+                let (events, through) = if events.len() >= EVENTS_PER_ROUND {
                     let last = events
                         .last()
                         .and_then(|e| e.kv.as_ref())
                         .map(|kv| kv.mod_revision)
                         .unwrap_or(current);
-                    if last > from { last - 1 } else { last }
+                    if last > from {
+                        (events, last - 1)
+                    } else {
+                        let store = store.clone();
+                        match tokio::task::spawn_blocking(move || store.events(from, from, 0)).await
+                        {
+                            Ok(Ok(all)) => (all, from),
+                            _ => return false,
+                        }
+                    }
                 } else {
-                    current
+                    (events, current)
                 };
                 let Some(w) = self.watchers.get_mut(&id) else {
                     break;
@@ -196,6 +242,7 @@ impl StreamState {
                     .collect();
                 w.next_rev = through + 1;
                 let prev = w.prev_kv;
+                let fragment = w.fragment;
                 if mine.is_empty() {
                     continue;
                 }
@@ -223,8 +270,12 @@ impl StreamState {
                     events: mine,
                     ..Default::default()
                 };
-                if !self.send(resp).await {
-                    return false;
+                // etcd's limit: the request limit plus its allowance for gRPC overhead.
+                let limit = self.server.cfg().max_request_bytes + 512 * 1024;
+                for part in fragments(resp, fragment, limit) {
+                    if !self.send(part).await {
+                        return false;
+                    }
                 }
             }
         }

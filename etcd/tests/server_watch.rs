@@ -1,0 +1,176 @@
+// Watch edge cases against our server and the real etcd 3.4 alike: one revision with more
+// events than a read round holds, and the fragment option splitting large responses.
+
+#[path = "../../common/tests/support/mod.rs"]
+mod support;
+
+use proto::etcdserverpb::{
+    DeleteRangeRequest, PutRequest, RequestOp, TxnRequest, WatchCreateRequest, WatchRequest,
+    kv_client::KvClient, request_op, watch_client::WatchClient, watch_request,
+};
+use support::RealEtcd;
+
+const OURS: &str = env!("CARGO_BIN_EXE_etcd");
+
+/// Puts `n` keys `<prefix><i>` with `value_len`-byte values, 100 per txn.
+async fn fill(url: &str, prefix: &str, n: usize, value_len: usize) {
+    let mut kv = KvClient::connect(url.to_string()).await.expect("connect");
+    for chunk in (0..n).collect::<Vec<_>>().chunks(100) {
+        let ops = chunk
+            .iter()
+            .map(|i| RequestOp {
+                request: Some(request_op::Request::RequestPut(PutRequest {
+                    key: format!("{prefix}{i:05}").into_bytes(),
+                    value: vec![b'v'; value_len],
+                    ..Default::default()
+                })),
+            })
+            .collect();
+        kv.txn(TxnRequest {
+            success: ops,
+            ..Default::default()
+        })
+        .await
+        .expect("txn");
+    }
+}
+
+/// Deletes everything under `prefix` in one revision; returns it.
+async fn delete_all(url: &str, prefix: &str) -> i64 {
+    let mut kv = KvClient::connect(url.to_string()).await.expect("connect");
+    let mut end = prefix.as_bytes().to_vec();
+    if let Some(last) = end.last_mut() {
+        *last += 1;
+    }
+    let r = kv
+        .delete_range(DeleteRangeRequest {
+            key: prefix.as_bytes().to_vec(),
+            range_end: end,
+            ..Default::default()
+        })
+        .await
+        .expect("delete")
+        .into_inner();
+    r.header.expect("header").revision
+}
+
+/// Watches `prefix` from `rev` until `want` events arrived: (events per response, fragment
+/// flags, revisions seen).
+async fn watch_from(
+    url: &str,
+    prefix: &str,
+    rev: i64,
+    fragment: bool,
+    want: usize,
+) -> (Vec<usize>, Vec<bool>, Vec<i64>) {
+    let mut wc = WatchClient::connect(url.to_string())
+        .await
+        .expect("connect")
+        .max_decoding_message_size(64 << 20);
+    let mut end = prefix.as_bytes().to_vec();
+    if let Some(last) = end.last_mut() {
+        *last += 1;
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(WatchRequest {
+        request_union: Some(watch_request::RequestUnion::CreateRequest(
+            WatchCreateRequest {
+                key: prefix.as_bytes().to_vec(),
+                range_end: end,
+                start_revision: rev,
+                fragment,
+                ..Default::default()
+            },
+        )),
+    })
+    .await
+    .expect("send");
+    let mut stream = wc
+        .watch(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .expect("watch")
+        .into_inner();
+    let (mut sizes, mut flags, mut revs) = (Vec::new(), Vec::new(), Vec::new());
+    let mut got = 0;
+    while got < want {
+        let r = tokio::time::timeout(std::time::Duration::from_secs(10), stream.message())
+            .await
+            .expect("watch response in time")
+            .expect("watch stream")
+            .expect("a response");
+        if r.events.is_empty() {
+            continue;
+        }
+        got += r.events.len();
+        sizes.push(r.events.len());
+        flags.push(r.fragment);
+        revs.extend(
+            r.events
+                .iter()
+                .filter_map(|e| e.kv.as_ref().map(|k| k.mod_revision)),
+        );
+    }
+    drop(tx);
+    (sizes, flags, revs)
+}
+
+fn both(
+    extra: &[&str],
+    f: impl Fn(&str) -> (Vec<usize>, Vec<bool>, Vec<i64>),
+) -> Vec<(Vec<usize>, Vec<bool>, Vec<i64>)> {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let mut out = Vec::new();
+    for (name, bin) in [("real", "etcd"), ("ours", OURS)] {
+        let s = RealEtcd::start_bin(bin, &tmp.path().join(name), "w", extra);
+        out.push(f(&s.client_url));
+    }
+    out
+}
+
+#[test]
+fn a_revision_with_thousands_of_events_arrives_whole() {
+    let results = both(&[], |url| {
+        let rt = tokio::runtime::Runtime::new().expect("runtime");
+        rt.block_on(async {
+            fill(url, "big/", 2500, 10).await;
+            let rev = delete_all(url, "big/").await;
+            watch_from(url, "big/", rev, false, 2500).await
+        })
+    });
+    for (sizes, flags, revs) in &results {
+        assert_eq!(revs.len(), 2500);
+        assert!(
+            revs.iter().all(|r| *r == revs[0]),
+            "events of one revision split across revisions"
+        );
+        assert_eq!(sizes, &vec![2500], "one response for one revision");
+        assert!(flags.iter().all(|f| !f));
+    }
+}
+
+#[test]
+fn fragment_splits_large_responses_like_etcd() {
+    // 600 puts of 8 KiB values: a ~4.8 MiB catch-up response, over etcd's limit of
+    // --max-request-bytes (1.5 MiB) plus 512 KiB of gRPC overhead.
+    let results = both(&[], |url| {
+        let rt = tokio::runtime::Runtime::new().expect("runtime");
+        rt.block_on(async {
+            fill(url, "frag/", 600, 8192).await;
+            let whole = watch_from(url, "frag/", 2, false, 600).await;
+            assert_eq!(whole.0, vec![600]);
+            watch_from(url, "frag/", 2, true, 600).await
+        })
+    });
+    for (i, (sizes, flags, _)) in results.iter().enumerate() {
+        assert!(sizes.len() > 1, "server {i}: not fragmented: {sizes:?}");
+        assert_eq!(sizes.iter().sum::<usize>(), 600);
+        assert!(
+            flags[..flags.len() - 1].iter().all(|f| *f),
+            "server {i}: {flags:?}"
+        );
+        assert!(
+            !flags[flags.len() - 1],
+            "server {i}: the last fragment is marked"
+        );
+    }
+}

@@ -150,27 +150,133 @@ fn a_revision_with_thousands_of_events_arrives_whole() {
 
 #[test]
 fn fragment_splits_large_responses_like_etcd() {
-    // 600 puts of 8 KiB values: a ~4.8 MiB catch-up response, over etcd's limit of
-    // --max-request-bytes (1.5 MiB) plus 512 KiB of gRPC overhead.
-    let results = both(&[], |url| {
+    // 2000 puts of 800-byte values in 20 txns: a ~1.7 MiB catch-up, over etcd's fragment
+    // limit of --max-request-bytes (100000 here) plus 512 KiB of gRPC overhead.
+    let results = both(&["--max-request-bytes", "100000"], |url| {
         let rt = tokio::runtime::Runtime::new().expect("runtime");
         rt.block_on(async {
-            fill(url, "frag/", 600, 8192).await;
-            let whole = watch_from(url, "frag/", 2, false, 600).await;
-            assert_eq!(whole.0, vec![600]);
-            watch_from(url, "frag/", 2, true, 600).await
+            fill(url, "frag/", 2000, 800).await;
+            let whole = watch_from(url, "frag/", 2, false, 2000).await;
+            assert!(whole.1.iter().all(|f| !f), "fragments without the option");
+            watch_from(url, "frag/", 2, true, 2000).await
         })
     });
     for (i, (sizes, flags, _)) in results.iter().enumerate() {
         assert!(sizes.len() > 1, "server {i}: not fragmented: {sizes:?}");
-        assert_eq!(sizes.iter().sum::<usize>(), 600);
-        assert!(
-            flags[..flags.len() - 1].iter().all(|f| *f),
-            "server {i}: {flags:?}"
-        );
+        assert_eq!(sizes.iter().sum::<usize>(), 2000);
+        assert!(flags.iter().any(|f| *f), "server {i}: {flags:?}");
         assert!(
             !flags[flags.len() - 1],
             "server {i}: the last fragment is marked"
         );
     }
+}
+
+/// The server's anonymous resident memory in KiB (not the db file's mapped pages).
+fn rss_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("RssAnon:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+/// Opens a watch on `s/` whose responses nobody reads (yet); returns its stream, the
+/// request sender keeping it open, and the first revision it will report.
+async fn idle_watch(
+    url: &str,
+) -> (
+    tonic::Streaming<proto::etcdserverpb::WatchResponse>,
+    tokio::sync::mpsc::Sender<WatchRequest>,
+    i64,
+) {
+    let mut wc = WatchClient::connect(url.to_string())
+        .await
+        .expect("connect");
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(WatchRequest {
+        request_union: Some(watch_request::RequestUnion::CreateRequest(
+            WatchCreateRequest {
+                key: b"s/".to_vec(),
+                range_end: b"s0".to_vec(),
+                ..Default::default()
+            },
+        )),
+    })
+    .await
+    .expect("send");
+    let mut stream = wc
+        .watch(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .expect("watch")
+        .into_inner();
+    let created = stream.message().await.expect("stream").expect("created");
+    assert!(created.created);
+    let start = created.header.expect("header").revision + 1;
+    (stream, tx, start)
+}
+
+#[test]
+fn a_watcher_that_stops_reading_blocks_no_one_and_catches_up_later() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    // What 40 MiB of writes cost the server by themselves (raft log, buffers, allocator).
+    let baseline = {
+        let s = RealEtcd::start_bin(OURS, &tmp.path().join("baseline"), "w", &[]);
+        let pid = s.child.as_ref().expect("child").id();
+        let before = rss_kb(pid);
+        rt.block_on(fill(&s.client_url, "s/", 5000, 8192));
+        rss_kb(pid).saturating_sub(before) / 1024
+    };
+    let s = RealEtcd::start_bin(OURS, &tmp.path().join("ours"), "w", &[]);
+    let url = s.client_url.clone();
+    let pid = s.child.as_ref().expect("child").id();
+    rt.block_on(async {
+        // Ten streams that stop reading while the same 40 MiB of events go by: kept whole,
+        // they would hold 400 MiB.
+        let mut idle = Vec::new();
+        for _ in 0..10 {
+            idle.push(idle_watch(&url).await);
+        }
+        let start_rev = idle[0].2;
+        let before = rss_kb(pid);
+        // A reader that keeps up gets everything meanwhile.
+        let fast = tokio::spawn({
+            let url = url.clone();
+            async move { watch_from(&url, "s/", start_rev, false, 5000).await }
+        });
+        fill(&url, "s/", 5000, 8192).await;
+        let (_, _, revs) = tokio::time::timeout(std::time::Duration::from_secs(30), fast)
+            .await
+            .expect("the fast watcher was held up")
+            .expect("fast watcher");
+        assert_eq!(revs.len(), 5000);
+        let grown = rss_kb(pid).saturating_sub(before) / 1024;
+        assert!(
+            grown < baseline + 250,
+            "memory grew by {grown} MiB with idle watchers, {baseline} MiB without"
+        );
+        // Once it reads again, an idle watcher gets every event in order, from history.
+        let (mut slow, _tx, _) = idle.remove(0);
+        let mut got = Vec::new();
+        while got.len() < 5000 {
+            let r = tokio::time::timeout(std::time::Duration::from_secs(10), slow.message())
+                .await
+                .expect("slow watcher resumes")
+                .expect("stream")
+                .expect("response");
+            got.extend(
+                r.events
+                    .iter()
+                    .filter_map(|e| e.kv.as_ref().map(|k| k.key.clone())),
+            );
+        }
+        let want: Vec<Vec<u8>> = (0..5000)
+            .map(|i| format!("s/{i:05}").into_bytes())
+            .collect();
+        assert_eq!(got, want);
+    });
 }

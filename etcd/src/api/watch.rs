@@ -21,8 +21,32 @@ use crate::server::EtcdServer;
 
 /// Events read from the history per round, so one busy watcher cannot build a huge message.
 const EVENTS_PER_ROUND: usize = 1000;
-/// Responses buffered per stream before the stream task waits for the client.
-const STREAM_BUFFER: usize = 128;
+/// Bytes of events read per round (whole revisions; a single larger revision goes whole).
+const ROUND_BYTES: usize = 1 << 20;
+
+/// Cuts `events` (read through revision `through`) at the first revision boundary past
+/// ROUND_BYTES; returns what is left and the last revision it covers.
+fn trim_round(mut events: Vec<Event>, through: i64) -> (Vec<Event>, i64) {
+    use prost::Message;
+    let rev_of = |e: &Event| e.kv.as_ref().map(|k| k.mod_revision).unwrap_or(0);
+    let Some(first_rev) = events.first().map(rev_of) else {
+        return (events, through);
+    };
+    let mut size = 0;
+    for i in 0..events.len() {
+        let rev = rev_of(&events[i]);
+        if size > ROUND_BYTES && rev > first_rev && rev != rev_of(&events[i - 1]) {
+            events.truncate(i);
+            return (events, rev - 1);
+        }
+        size += events[i].encoded_len();
+    }
+    (events, through)
+}
+
+/// Responses buffered per stream before the stream task waits for the client: with rounds
+/// of about ROUND_BYTES, this bounds what a client that stops reading makes us hold.
+const STREAM_BUFFER: usize = 4;
 
 /// etcd's fragment option: a response over `limit` bytes goes out as several, each with as
 /// many events as fit (at least one), all but the last marked `fragment`.
@@ -232,6 +256,9 @@ impl StreamState {
                 } else {
                     (events, current)
                 };
+                // Keep a round near ROUND_BYTES (whole revisions, at least one), so what a
+                // stream buffers for a client that stops reading stays small.
+                let (events, through) = trim_round(events, through);
                 let Some(w) = self.watchers.get_mut(&id) else {
                     break;
                 };

@@ -337,13 +337,27 @@ impl RaftLoop {
         match EntryType::try_from(e.r#type) {
             Ok(EntryType::EntryNormal) => {
                 let mut effects = Vec::new();
-                if let Some((id, outcome)) = apply::apply_normal(
+                let started = Instant::now();
+                let applied = apply::apply_normal(
                     &self.shared.kv,
                     e,
                     &self.shared.lessor,
                     &self.shared.alarms,
                     &mut effects,
-                ) && id != 0
+                );
+                let took = started.elapsed();
+                let expected = self.shared.cfg.experimental_warning_apply_duration;
+                if !expected.is_zero() && took > expected {
+                    tracing::warn!(
+                        took = ?took,
+                        "expected-duration" = ?expected,
+                        index = e.index,
+                        request_bytes = e.data().len(),
+                        "apply request took too long"
+                    );
+                }
+                if let Some((id, outcome)) = applied
+                    && id != 0
                 {
                     self.shared.wait.trigger(id, outcome);
                 }

@@ -1,6 +1,6 @@
 // Server benchmark, ours next to the real etcd 3.4 in the same run on the same disk: put
-// throughput with 1 and 64 clients, linearizable and serializable range throughput, peak RSS
-// after loading keys, and db size. Prints ratios (ours / etcd); absolute numbers drift.
+// throughput with 1 and 64 clients, linearizable and serializable range throughput, watch
+// event delivery latency to 100 watchers, peak RSS after loading keys, and db size. Prints ratios (ours / etcd); absolute numbers drift.
 //
 // Run: scripts/bench.sh server   (needs Debian's etcd-server: scripts/deps.sh)
 
@@ -106,6 +106,99 @@ async fn load_keys(url: &str, n: usize) {
     }
 }
 
+/// Delivery latency of put events to 100 watchers (one stream each, over 4 connections):
+/// from sending the put to each watcher's receipt. Returns (p50, p99) in milliseconds.
+async fn watch_latency(url: &str, puts: usize) -> (f64, f64) {
+    use proto::etcdserverpb::{
+        WatchCreateRequest, WatchRequest, watch_client::WatchClient, watch_request,
+    };
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    let sent: Arc<Mutex<HashMap<Vec<u8>, Instant>>> = Arc::default();
+    let lat: Arc<Mutex<Vec<f64>>> = Arc::default();
+    let mut chans = Vec::new();
+    for _ in 0..4 {
+        chans.push(
+            tonic::transport::Endpoint::from_shared(url.to_string())
+                .expect("url")
+                .connect()
+                .await
+                .expect("connect"),
+        );
+    }
+    let mut tasks = Vec::new();
+    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<()>(100);
+    for i in 0..100 {
+        let mut wc = WatchClient::new(chans[i % 4].clone());
+        let (sent, lat, ready) = (sent.clone(), lat.clone(), ready_tx.clone());
+        tasks.push(tokio::spawn(async move {
+            let (tx, rx) = tokio::sync::mpsc::channel(1);
+            let _ = tx
+                .send(WatchRequest {
+                    request_union: Some(watch_request::RequestUnion::CreateRequest(
+                        WatchCreateRequest {
+                            key: b"wl/".to_vec(),
+                            range_end: b"wl0".to_vec(),
+                            ..Default::default()
+                        },
+                    )),
+                })
+                .await;
+            let Ok(resp) = wc.watch(tokio_stream::wrappers::ReceiverStream::new(rx)).await else {
+                return;
+            };
+            let mut stream = resp.into_inner();
+            let mut seen = 0;
+            while seen < puts {
+                let Ok(Some(r)) = stream.message().await else { return };
+                if r.created {
+                    let _ = ready.send(()).await;
+                    continue;
+                }
+                let now = Instant::now();
+                for e in &r.events {
+                    let Some(kv) = &e.kv else { continue };
+                    if let Some(t) = sent.lock().unwrap_or_else(|e| e.into_inner()).get(&kv.key) {
+                        lat.lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push((now - *t).as_secs_f64() * 1000.0);
+                    }
+                    seen += 1;
+                }
+            }
+            drop(tx);
+        }));
+    }
+    for _ in 0..100 {
+        let _ = ready_rx.recv().await;
+    }
+    let mut kv = connect(url).await;
+    for i in 0..puts {
+        let key = format!("wl/{i:05}").into_bytes();
+        sent.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key.clone(), Instant::now());
+        let _ = kv
+            .put(PutRequest {
+                key,
+                value: vec![b'v'; 256],
+                ..Default::default()
+            })
+            .await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    for t in tasks {
+        let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
+    }
+    let mut v = lat.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        return (0.0, 0.0);
+    }
+    let at = |q: f64| v[((v.len() - 1) as f64 * q) as usize];
+    (at(0.5), at(0.99))
+}
+
 fn peak_rss_kb(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
@@ -133,7 +226,7 @@ fn main() {
     let only = std::env::var("BENCH_ONLY").ok();
     for (name, bin) in [("etcd", "etcd"), ("ours", OURS)] {
         if only.as_deref().is_some_and(|o| o != name) {
-            results.push((name, (0.0, 0.0, 0.0, 0.0), 0, 0));
+            results.push((name, (0.0, 0.0, 0.0, 0.0, (0.0, 0.0)), 0, 0));
             continue;
         }
         // The test support starts a server on free ports and waits until it is healthy.
@@ -146,7 +239,8 @@ fn main() {
             load_keys(&url, keys).await;
             let rl = load(&url, 64, secs, "range-l").await;
             let rs = load(&url, 64, secs, "range-s").await;
-            (put1, put64, rl, rs)
+            let wl = watch_latency(&url, 200).await;
+            (put1, put64, rl, rs, wl)
         });
         let rss = s.child.as_ref().map(|c| peak_rss_kb(c.id())).unwrap_or(0);
         let db = std::fs::metadata(s.data_dir.join("member/snap/db"))
@@ -160,6 +254,8 @@ fn main() {
     rows.push(("put/s, 64 clients".into(), e.1, o.1));
     rows.push(("range/s linearizable, 64 clients".into(), e.2, o.2));
     rows.push(("range/s serializable, 64 clients".into(), e.3, o.3));
+    rows.push(("watch delivery ms p50, 100 watchers".into(), e.4.0, o.4.0));
+    rows.push(("watch delivery ms p99, 100 watchers".into(), e.4.1, o.4.1));
     rows.push((
         format!("peak RSS KiB after {keys} keys"),
         e_rss as f64,
@@ -173,6 +269,6 @@ fn main() {
     );
     for (n, a, b) in rows {
         let ratio = if a > 0.0 { b / a } else { 0.0 };
-        println!("{n:<40} {a:>14.0} {b:>14.0} {ratio:>10.2}");
+        println!("{n:<40} {a:>14.2} {b:>14.2} {ratio:>10.2}");
     }
 }

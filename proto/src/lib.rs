@@ -38,3 +38,8 @@ pub mod v3electionpb {
 }
 
 pub use prost::Message;
+
+/// Every message and service above as an encoded `google.protobuf.FileDescriptorSet` (what the
+/// JSON gateway needs to map messages to proto3 JSON by field name).
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/file_descriptor_set.bin"));

@@ -101,6 +101,7 @@ impl Inner {
             b.committing = Some(buf.clone());
             buf
         };
+        let start = std::time::Instant::now();
         let res = (|| {
             let mut tx = self.db.begin_write()?;
             for name in &buf.created {
@@ -120,6 +121,9 @@ impl Inner {
             }
             tx.commit()
         })();
+        if res.is_ok() {
+            crate::observe::backend_commit(start.elapsed());
+        }
         let mut b = write(&self.bufs);
         if res.is_err() {
             // Keep the writes: put them back under anything written since.

@@ -49,6 +49,9 @@ pub enum ConfigError {
     Verify(String),
     #[error("{0}")]
     Unsupported(String),
+    /// A value etcd refuses at start (after flag parsing), e.g. an unknown cipher suite.
+    #[error("{0}")]
+    Invalid(String),
 }
 
 /// Everything the server needs to start.
@@ -96,6 +99,13 @@ pub struct Config {
     pub peer_client_cert_auth: bool,
     pub peer_trusted_ca_file: String,
     pub peer_auto_tls: bool,
+    pub client_crl_file: String,
+    pub client_cert_allowed_hostname: String,
+    pub peer_crl_file: String,
+    pub peer_cert_allowed_cn: String,
+    pub peer_cert_allowed_hostname: String,
+    /// --cipher-suites, Go names (checked against what rustls offers at start).
+    pub cipher_suites: Vec<String>,
     pub auth_token: String,
     pub bcrypt_cost: u32,
     pub auth_token_ttl: u64,
@@ -276,6 +286,17 @@ impl Config {
             peer_client_cert_auth: boolean(f, "peer-client-cert-auth")?,
             peer_trusted_ca_file: f.get("peer-trusted-ca-file").to_string(),
             peer_auto_tls: boolean(f, "peer-auto-tls")?,
+            client_crl_file: f.get("client-crl-file").to_string(),
+            client_cert_allowed_hostname: f.get("client-cert-allowed-hostname").to_string(),
+            peer_crl_file: f.get("peer-crl-file").to_string(),
+            peer_cert_allowed_cn: f.get("peer-cert-allowed-cn").to_string(),
+            peer_cert_allowed_hostname: f.get("peer-cert-allowed-hostname").to_string(),
+            cipher_suites: f
+                .get("cipher-suites")
+                .split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect(),
             auth_token: f.get("auth-token").to_string(),
             bcrypt_cost: num(f, "bcrypt-cost")?,
             auth_token_ttl: num(f, "auth-token-ttl")?,
@@ -372,6 +393,7 @@ impl Config {
                 )));
             }
         }
+        crate::tls::verify_config(self).map_err(ConfigError::Invalid)?;
         for (flag, unsupported) in [
             ("discovery", !f.get("discovery").is_empty()),
             ("discovery-srv", !f.get("discovery-srv").is_empty()),

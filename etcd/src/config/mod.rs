@@ -511,4 +511,52 @@ mod tests {
         );
         assert!(cfg(&["--discovery", "http://d:1"]).is_err());
     }
+
+    #[test]
+    fn tls_flags_are_checked_as_etcd() {
+        let e = cfg(&[
+            "--listen-client-urls",
+            "https://127.0.0.1:2379",
+            "--advertise-client-urls",
+            "https://127.0.0.1:2379",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            e,
+            "TLS key/cert (--cert-file, --key-file) must be provided for client url https://127.0.0.1:2379 with HTTPS scheme"
+        );
+        let e = cfg(&["--cipher-suites", "FOO"]).unwrap_err().to_string();
+        assert_eq!(e, "unexpected TLS cipher suite \"FOO\"");
+        let e = cfg(&[
+            "--listen-peer-urls",
+            "https://127.0.0.1:2380",
+            "--initial-advertise-peer-urls",
+            "https://127.0.0.1:2380",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            e,
+            "cannot listen on TLS for 127.0.0.1:2380: KeyFile and CertFile are not presented"
+        );
+        // Auto TLS stands in for the files; known suites parse; peer flags are kept.
+        let c = cfg(&[
+            "--listen-client-urls",
+            "https://127.0.0.1:2379",
+            "--advertise-client-urls",
+            "https://127.0.0.1:2379",
+            "--auto-tls",
+            "--peer-auto-tls",
+            "--peer-cert-allowed-cn",
+            "peer",
+            "--cipher-suites",
+            "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305",
+        ])
+        .unwrap();
+        assert!(c.auto_tls && c.peer_auto_tls);
+        assert_eq!(c.peer_cert_allowed_cn, "peer");
+        assert_eq!(c.cipher_suites.len(), 2);
+        assert!(cfg(&["--cipher-suites", "TLS_RSA_WITH_AES_128_CBC_SHA"]).is_err());
+    }
 }

@@ -357,7 +357,7 @@ impl TlsServer {
                 self.allowed_cn
             ));
         }
-        if !self.allowed_hostname.is_empty() && !names.iter().any(|n| *n == self.allowed_hostname) {
+        if !self.allowed_hostname.is_empty() && !names.contains(&self.allowed_hostname) {
             return Err(format!(
                 "rejected connection: certificate names {names:?} do not include the allowed host name {:?}",
                 self.allowed_hostname
@@ -423,4 +423,125 @@ pub fn url_hosts(urls: &[Url]) -> Vec<String> {
             None => u.host.clone(),
         })
         .collect()
+}
+
+/// The dialing side built from the same settings (the peer transport's client): trusts
+/// `info.trusted_ca_file`, presents `info`'s certificate when there is one, and with
+/// `skip_verify` (what etcd does for --peer-auto-tls) accepts any server certificate.
+pub fn client_config(
+    info: &TlsInfo,
+    skip_verify: bool,
+) -> Result<Arc<rustls::ClientConfig>, String> {
+    let provider = provider(&info.cipher_suites)?;
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS setup: {e}"))?;
+    let builder = if skip_verify {
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(NoServerVerification(provider)))
+    } else if info.trusted_ca_file.is_empty() {
+        return Err(
+            "TLS client: a trusted CA file is needed to verify the server (or auto TLS to skip verification)"
+                .into(),
+        );
+    } else {
+        builder.with_root_certificates(roots(&info.trusted_ca_file)?)
+    };
+    let config = if info.is_empty() {
+        builder.with_no_client_auth()
+    } else {
+        builder
+            .with_client_auth_cert(load_certs(&info.cert_file)?, load_key(&info.key_file)?)
+            .map_err(|e| {
+                format!(
+                    "{}: the key does not fit the certificate: {e}",
+                    info.key_file
+                )
+            })?
+    };
+    Ok(Arc::new(config))
+}
+
+/// Go's InsecureSkipVerify: the handshake's signatures are still checked, the chain is not.
+#[derive(Debug)]
+struct NoServerVerification(Arc<CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for NoServerVerification {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &rustls_pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls_pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A self-signed peer pair (--peer-auto-tls) and a dialer that skips verification, as
+    /// etcd's peers do, complete a handshake and see each other's certificate CN-less.
+    #[tokio::test]
+    async fn peer_auto_tls_server_and_client_handshake() {
+        let dir = tempfile::tempdir().unwrap();
+        let info = TlsInfo {
+            auto_tls: true,
+            ..TlsInfo::default()
+        };
+        let server = TlsServer::new(&info, Side::Peer, dir.path(), &["127.0.0.1".into()]).unwrap();
+        assert!(dir.path().join("fixtures/peer/cert.pem").is_file());
+        let client = client_config(&info, true).unwrap();
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let accept = tokio::spawn(async move {
+            let (tcp, _) = l.accept().await.unwrap();
+            server.accept(tcp).await.map(|(_, cn)| cn)
+        });
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let name = rustls_pki_types::ServerName::try_from("127.0.0.1").unwrap();
+        tokio_rustls::TlsConnector::from(client)
+            .connect(name, tcp)
+            .await
+            .unwrap();
+        assert_eq!(accept.await.unwrap().unwrap(), None);
+        // Without skipping verification and without a CA the dialer is refused at setup.
+        assert!(client_config(&info, false).is_err());
+    }
 }

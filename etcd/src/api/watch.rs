@@ -311,7 +311,9 @@ async fn run_stream(server: Arc<EtcdServer>, mut inbound: Streaming<WatchRequest
                     return;
                 }
             }
-            _ = watch_out.closed(), if !inbound_open => return,
+            // The client went away (its answer stream was dropped): stop, even if it
+            // never closed its own side.
+            _ = watch_out.closed() => return,
             _ = ticker.tick() => {
                 if !st.notify_progress().await {
                     return;

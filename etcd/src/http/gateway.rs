@@ -183,7 +183,7 @@ fn take_messages(buf: &mut BytesMut) -> Result<Vec<Bytes>, String> {
     Ok(out)
 }
 
-pub async fn handle(_server: &EtcdServer, grpc: GrpcRoutes, req: Request<Body>) -> Response<Body> {
+pub async fn handle(server: &EtcdServer, grpc: GrpcRoutes, req: Request<Body>) -> Response<Body> {
     let path = req.uri().path();
     let rest = path
         .strip_prefix("/v3/")
@@ -202,7 +202,9 @@ pub async fn handle(_server: &EtcdServer, grpc: GrpcRoutes, req: Request<Body>) 
     let grpc_body = if md.is_client_streaming() {
         stream_requests(md.input(), body)
     } else {
-        let bytes = match body.collect().await {
+        // JSON carries bytes as base64 (4/3) plus names: allow twice the gRPC limit.
+        let limit = 2 * server.cfg().max_request_bytes + 512 * 1024;
+        let bytes = match http_body_util::Limited::new(body, limit).collect().await {
             Ok(c) => c.to_bytes(),
             Err(e) => return error_response(3, &e.to_string()),
         };

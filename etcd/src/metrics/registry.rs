@@ -354,6 +354,40 @@ mod tests {
     }
 
     #[test]
+    fn vectors_print_nothing_until_fed_then_sorted_series() {
+        let rtt = HistogramVec::new(&["To"], exponential_buckets(0.0001, 2.0, 14));
+        let mut e = Exposition::default();
+        rtt.write(
+            &mut e,
+            "etcd_network_peer_round_trip_time_seconds",
+            "Round-Trip-Time histogram between peers.",
+        );
+        assert_eq!(e.render(), "");
+        rtt.observe(&["b"], 0.00015);
+        rtt.observe(&["a"], 1.0);
+        let c = CounterVec::new(&["grpc_code", "grpc_method"]);
+        c.add(&["OK", "Range"], 2);
+        c.add(&["Canceled", "Watch"], 1);
+        let mut e = Exposition::default();
+        rtt.write(
+            &mut e,
+            "etcd_network_peer_round_trip_time_seconds",
+            "Round-Trip-Time histogram between peers.",
+        );
+        c.write(&mut e, "grpc_server_handled_total", "Handled.");
+        let t = e.render();
+        let a = t.find("{To=\"a\",le=\"0.0001\"} 0").unwrap();
+        let b = t.find("{To=\"b\",le=\"0.0002\"} 1").unwrap();
+        assert!(a < b, "{t}");
+        assert!(t.contains(
+            "etcd_network_peer_round_trip_time_seconds_bucket{To=\"a\",le=\"+Inf\"} 1\n"
+        ));
+        // Families sorted by name: etcd_* before grpc_*; series by label values.
+        assert!(t.find("# HELP etcd_network").unwrap() < t.find("# HELP grpc_server").unwrap());
+        assert!(t.find("grpc_code=\"Canceled\"").unwrap() < t.find("grpc_code=\"OK\"").unwrap());
+    }
+
+    #[test]
     fn histogram_is_cumulative() {
         let h = Histogram::new(exponential_buckets(0.001, 2.0, 3));
         h.observe(0.0005);

@@ -143,8 +143,10 @@ fn run(cfg: Config) -> Result<(), String> {
 /// setting stops the start now rather than when the peer transport first needs it.
 fn client_tls(cfg: &etcd::config::Config) -> Result<Option<etcd::tls::TlsServer>, String> {
     use etcd::tls::{Side, TlsInfo, TlsServer, is_tls_scheme, url_hosts};
+    // With https peer URLs the peer side is built now: the files are checked, and
+    // --peer-auto-tls writes <data-dir>/fixtures/peer as etcd does, even for one member.
     let peer = TlsInfo::peer(cfg);
-    if cfg.listen_peer_urls.iter().any(is_tls_scheme) && !peer.is_empty() {
+    if cfg.listen_peer_urls.iter().any(is_tls_scheme) {
         TlsServer::new(
             &peer,
             Side::Peer,

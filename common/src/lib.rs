@@ -7,5 +7,6 @@
 pub mod backend;
 pub mod fileutil;
 pub mod gofmt;
+pub mod observe;
 pub mod snap;
 pub mod wal;

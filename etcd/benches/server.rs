@@ -144,13 +144,18 @@ async fn watch_latency(url: &str, puts: usize) -> (f64, f64) {
                     )),
                 })
                 .await;
-            let Ok(resp) = wc.watch(tokio_stream::wrappers::ReceiverStream::new(rx)).await else {
+            let Ok(resp) = wc
+                .watch(tokio_stream::wrappers::ReceiverStream::new(rx))
+                .await
+            else {
                 return;
             };
             let mut stream = resp.into_inner();
             let mut seen = 0;
             while seen < puts {
-                let Ok(Some(r)) = stream.message().await else { return };
+                let Ok(Some(r)) = stream.message().await else {
+                    return;
+                };
                 if r.created {
                     let _ = ready.send(()).await;
                     continue;

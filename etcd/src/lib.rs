@@ -4,11 +4,14 @@
 pub mod api;
 pub mod apply;
 pub mod config;
+pub mod http;
 pub mod lease;
 pub mod logging;
 pub mod membership;
+pub mod metrics;
 pub mod mvcc;
 pub mod raft;
 pub mod server;
+pub mod tls;
 pub mod transport;
 pub mod version;

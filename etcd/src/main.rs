@@ -68,6 +68,9 @@ fn run(cfg: Config) -> Result<(), String> {
         // Bind first: a port in use is an error before anything is written.
         let listeners = etcd::api::serve::bind(&cfg.listen_client_urls).await?;
         let peer_listeners = etcd::transport::service::bind(&cfg.listen_peer_urls).await?;
+        let metrics_listeners = etcd::api::serve::bind(&cfg.listen_metrics_urls).await?;
+        etcd::metrics::install();
+        let client_tls = client_tls(&cfg)?;
         let server = EtcdServer::start(cfg).await.map_err(|e| e.to_string())?;
         let (stop_tx, _) = tokio::sync::broadcast::channel::<()>(1);
         let mut peer_tasks = Vec::new();
@@ -102,18 +105,41 @@ fn run(cfg: Config) -> Result<(), String> {
         for (url, l) in listeners {
             let mut stop = stop_tx.subscribe();
             let s = server.clone();
+            let tls = if etcd::tls::is_tls_scheme(&url) {
+                client_tls.clone()
+            } else {
+                None
+            };
             tracing::info!("ready to serve client requests");
-            tracing::info!(
-                address = %url.host,
-                "serving client traffic insecurely; this is strongly discouraged!"
-            );
+            if tls.is_some() {
+                tracing::info!(address = %url.host, "serving client traffic securely");
+            } else {
+                tracing::info!(
+                    address = %url.host,
+                    "serving client traffic insecurely; this is strongly discouraged!"
+                );
+            }
             tasks.push(tokio::spawn(async move {
                 let shutdown = async move {
                     let _ = stop.recv().await;
                 };
-                if let Err(e) = etcd::api::serve::serve(s, l, shutdown).await {
-                    tracing::error!(address = %url, error = %e, "client listener failed");
-                }
+                etcd::api::serve::serve(s, l, tls, shutdown).await;
+            }));
+        }
+        for (url, l) in metrics_listeners {
+            let mut stop = stop_tx.subscribe();
+            let s = server.clone();
+            let tls = if etcd::tls::is_tls_scheme(&url) {
+                client_tls.clone()
+            } else {
+                None
+            };
+            tracing::info!(address = %url, "serving metrics");
+            tasks.push(tokio::spawn(async move {
+                let shutdown = async move {
+                    let _ = stop.recv().await;
+                };
+                etcd::api::serve::serve_metrics(s, l, tls, shutdown).await;
             }));
         }
         let failed = tokio::select! {
@@ -141,6 +167,40 @@ fn run(cfg: Config) -> Result<(), String> {
             None => Ok(()),
         }
     })
+}
+
+/// The client listeners' TLS, when any client or metrics URL is https (the metrics port uses
+/// the client certificate, as etcd's). Also checks the --peer-* files early, so a bad peer
+/// setting stops the start now rather than when the peer transport first needs it.
+fn client_tls(cfg: &etcd::config::Config) -> Result<Option<etcd::tls::TlsServer>, String> {
+    use etcd::tls::{Side, TlsInfo, TlsServer, is_tls_scheme, url_hosts};
+    // With https peer URLs the peer side is built now: the files are checked, and
+    // --peer-auto-tls writes <data-dir>/fixtures/peer as etcd does, even for one member.
+    let peer = TlsInfo::peer(cfg);
+    if cfg.listen_peer_urls.iter().any(is_tls_scheme) {
+        TlsServer::new(
+            &peer,
+            Side::Peer,
+            &cfg.data_dir,
+            &url_hosts(&cfg.listen_peer_urls),
+        )?;
+    }
+    let urls: Vec<_> = cfg
+        .listen_client_urls
+        .iter()
+        .chain(&cfg.listen_metrics_urls)
+        .cloned()
+        .collect();
+    let info = TlsInfo::client(cfg);
+    if !urls.iter().any(is_tls_scheme) {
+        if !info.is_empty() {
+            tracing::warn!(
+                "scheme is HTTP while key and cert files are present; ignoring key and cert files"
+            );
+        }
+        return Ok(None);
+    }
+    TlsServer::new(&info, Side::Client, &cfg.data_dir, &url_hosts(&urls)).map(Some)
 }
 
 async fn wait_for_signal() {

@@ -41,3 +41,8 @@ pub mod peerpb {
 }
 
 pub use prost::Message;
+
+/// Every message and service above as an encoded `google.protobuf.FileDescriptorSet` (what the
+/// JSON gateway needs to map messages to proto3 JSON by field name).
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/file_descriptor_set.bin"));

@@ -106,6 +106,7 @@ impl Inner {
             b.committing = Some(buf.clone());
             buf
         };
+        let start = std::time::Instant::now();
         let res = (|| {
             let db = self.db();
             let mut tx = db.begin_write()?;
@@ -126,6 +127,9 @@ impl Inner {
             }
             tx.commit()
         })();
+        if res.is_ok() {
+            crate::observe::backend_commit(start.elapsed());
+        }
         let mut b = write(&self.bufs);
         if res.is_err() {
             // Keep the writes: put them back under anything written since.

@@ -537,6 +537,7 @@ impl Wal {
         self.stats.fsyncs += 1;
         self.stats.fsync_total += took;
         self.stats.last_fsync = took;
+        crate::observe::wal_fsync(took);
         if took > WARN_SYNC_DURATION {
             tracing::warn!(
                 took = ?took,

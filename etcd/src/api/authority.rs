@@ -11,6 +11,7 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 const PREFACE_LEN: usize = 24;
+const PREFACE: &[u8; PREFACE_LEN] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const FRAME_HEADER_LEN: usize = 9;
 const TYPE_HEADERS: u8 = 0x1;
 const TYPE_CONTINUATION: u8 = 0x9;
@@ -86,6 +87,14 @@ impl<S> AuthorityFix<S> {
     /// Moves complete frames from `inbuf` to `out`, rewriting header blocks.
     fn process(&mut self) -> io::Result<()> {
         if !self.preface_seen {
+            // HTTP/1.1 on the same port (curl, the JSON gateway): not HTTP/2, pass through.
+            let n = self.inbuf.len().min(PREFACE_LEN);
+            if self.inbuf[..n] != PREFACE[..n] {
+                self.passthrough = true;
+                self.preface_seen = true;
+                self.out.append(&mut self.inbuf);
+                return Ok(());
+            }
             if self.inbuf.len() < PREFACE_LEN {
                 return Ok(());
             }

@@ -49,18 +49,7 @@ impl Maintenance for MaintenanceService {
 
     async fn status(&self, _r: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
         let s = &self.server;
-        let db = s.kv().backend().db();
-        let size = std::fs::metadata(db.path())
-            .map(|m| m.len() as i64)
-            .unwrap_or(0);
-        // In use = pages of the image minus free pages (stats walks the tree: fine for a
-        // status call, not for a hot path).
-        let in_use = db
-            .stats()
-            .map(|st| {
-                ((st.page_count - st.free_pages.min(st.page_count)) * st.page_size as u64) as i64
-            })
-            .unwrap_or(size);
+        let (size, in_use) = db_sizes(s);
         let mut errs = Vec::new();
         if let Some(f) = s.failure() {
             errs.push(f);
@@ -224,4 +213,19 @@ impl Maintenance for MaintenanceService {
     ) -> Result<Response<DowngradeResponse>, Status> {
         Err(not_yet("Downgrade"))
     }
+}
+
+/// The db file's size and the part of it in use, in bytes (Status and /metrics).
+pub fn db_sizes(s: &EtcdServer) -> (i64, i64) {
+    let db = s.kv().backend().db();
+    let size = std::fs::metadata(db.path())
+        .map(|m| m.len() as i64)
+        .unwrap_or(0);
+    // In use = pages of the image minus free pages (stats walks the tree: fine for a
+    // status call or a scrape, not for a hot path).
+    let in_use = db
+        .stats()
+        .map(|st| ((st.page_count - st.free_pages.min(st.page_count)) * st.page_size as u64) as i64)
+        .unwrap_or(size);
+    (size, in_use)
 }

@@ -3,6 +3,7 @@
 
 pub mod authority;
 pub mod cluster;
+pub mod descriptors;
 pub mod election;
 pub mod errors;
 pub mod kv;

@@ -1,18 +1,22 @@
-// Serves the client API on --listen-client-urls: the gRPC services on each listener, until
-// the shutdown future resolves.
+// Serves the client API on --listen-client-urls: per connection, TLS when the URL is https,
+// then HTTP/2 gRPC and HTTP/1.1 (health, metrics, version, the JSON gateway) side by side, as
+// etcd does on one port; and the --listen-metrics-urls listeners (/metrics and /health only).
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use http::Request;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
 use proto::etcdserverpb::{
     cluster_server::ClusterServer, kv_server::KvServer, lease_server::LeaseServer,
     maintenance_server::MaintenanceServer, watch_server::WatchServer,
 };
 use tokio::net::TcpListener;
-use tokio_stream::StreamExt;
-use tokio_stream::wrappers::TcpListenerStream;
+use tonic::codegen::Service;
 
 use super::authority::AuthorityFix;
-
 use super::cluster::ClusterService;
 use super::election::ElectionService;
 use super::kv::KvService;
@@ -21,19 +25,25 @@ use super::lock::LockService;
 use super::maintenance::MaintenanceService;
 use super::watch::WatchService;
 use crate::config::Url;
+use crate::http::{Body, Ctx, GrpcRoutes};
+use crate::metrics::grpc::GrpcMetrics;
 use crate::server::EtcdServer;
+use crate::tls::{ClientCertCn, TlsServer};
 
 /// gRPC framing and metadata on top of a request (etcd's grpcOverheadBytes).
 const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
+/// How long a TLS handshake may take before the connection is dropped.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a stop waits for open connections (watch streams never end by themselves).
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// Binds every client URL (http only for now), failing before serving anything if one cannot
-/// be bound.
+/// Binds every URL (http and https), failing before serving anything if one cannot be bound.
 pub async fn bind(urls: &[Url]) -> Result<Vec<(Url, TcpListener)>, String> {
     let mut out = Vec::new();
     for u in urls {
-        if u.scheme != "http" {
+        if u.scheme != "http" && u.scheme != "https" {
             return Err(format!(
-                "listen URL {u}: only http:// client URLs are supported so far (TLS and unix sockets come later)"
+                "listen URL {u}: only http:// and https:// URLs are supported so far (unix sockets come later)"
             ));
         }
         let l = TcpListener::bind(&u.host)
@@ -44,66 +54,171 @@ pub async fn bind(urls: &[Url]) -> Result<Vec<(Url, TcpListener)>, String> {
     Ok(out)
 }
 
+/// The etcdserverpb services every client port serves, for etcd's zeroed gRPC series.
+pub const ETCDSERVERPB_SERVICES: &[&str] = &[
+    "etcdserverpb.KV",
+    "etcdserverpb.Watch",
+    "etcdserverpb.Lease",
+    "etcdserverpb.Cluster",
+    "etcdserverpb.Maintenance",
+];
+
+/// The gRPC services of the client port, behind the metrics layer.
+pub fn grpc_routes(server: &Arc<EtcdServer>) -> GrpcRoutes {
+    let max = server.cfg().max_request_bytes + GRPC_OVERHEAD_BYTES;
+    let s = || server.clone();
+    let routes = tonic::service::Routes::new(
+        KvServer::new(KvService { server: s() }).max_decoding_message_size(max),
+    )
+    .add_service(
+        MaintenanceServer::new(MaintenanceService { server: s() }).max_decoding_message_size(max),
+    )
+    .add_service(WatchServer::new(WatchService { server: s() }).max_decoding_message_size(max))
+    .add_service(LeaseServer::new(LeaseService { server: s() }).max_decoding_message_size(max))
+    .add_service(
+        proto::v3lockpb::lock_server::LockServer::new(LockService { server: s() })
+            .max_decoding_message_size(max),
+    )
+    .add_service(
+        proto::v3electionpb::election_server::ElectionServer::new(ElectionService { server: s() })
+            .max_decoding_message_size(max),
+    )
+    .add_service(ClusterServer::new(ClusterService { server: s() }).max_decoding_message_size(max))
+    .prepare();
+    for svc in ETCDSERVERPB_SERVICES {
+        crate::metrics::grpc::init_service(svc);
+    }
+    GrpcMetrics::new(routes)
+}
+
 /// Serves the client API on `listener` until `shutdown` resolves.
 pub async fn serve(
     server: Arc<EtcdServer>,
     listener: TcpListener,
+    tls: Option<TlsServer>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> Result<(), tonic::transport::Error> {
-    let max = server.cfg().max_request_bytes + GRPC_OVERHEAD_BYTES;
-    let cfg = server.cfg();
-    let builder = tonic::transport::Server::builder()
-        .http2_keepalive_interval(Some(cfg.grpc_keepalive_interval).filter(|d| !d.is_zero()))
-        .http2_keepalive_timeout(Some(cfg.grpc_keepalive_timeout).filter(|d| !d.is_zero()))
+) {
+    let grpc = grpc_routes(&server);
+    let ctx = Ctx {
+        server,
+        grpc: Some(grpc),
+    };
+    accept_loop(ctx, listener, tls, shutdown).await
+}
+
+/// Serves /metrics and /health on a --listen-metrics-urls listener until `shutdown`.
+pub async fn serve_metrics(
+    server: Arc<EtcdServer>,
+    listener: TcpListener,
+    tls: Option<TlsServer>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let ctx = Ctx { server, grpc: None };
+    accept_loop(ctx, listener, tls, shutdown).await
+}
+
+fn connection_builder(ctx: &Ctx) -> auto::Builder<TokioExecutor> {
+    let cfg = ctx.server.cfg();
+    let mut b = auto::Builder::new(TokioExecutor::new());
+    b.http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Some(cfg.grpc_keepalive_interval).filter(|d| !d.is_zero()))
+        .keep_alive_timeout(cfg.grpc_keepalive_timeout)
         .max_concurrent_streams(Some(cfg.max_concurrent_streams));
-    let mut builder = builder;
-    builder
-        .add_service(
-            KvServer::new(KvService {
-                server: server.clone(),
-            })
-            .max_decoding_message_size(max),
-        )
-        .add_service(
-            MaintenanceServer::new(MaintenanceService {
-                server: server.clone(),
-            })
-            .max_decoding_message_size(max),
-        )
-        .add_service(
-            WatchServer::new(WatchService {
-                server: server.clone(),
-            })
-            .max_decoding_message_size(max),
-        )
-        .add_service(
-            LeaseServer::new(LeaseService {
-                server: server.clone(),
-            })
-            .max_decoding_message_size(max),
-        )
-        .add_service(
-            proto::v3lockpb::lock_server::LockServer::new(LockService {
-                server: server.clone(),
-            })
-            .max_decoding_message_size(max),
-        )
-        .add_service(
-            proto::v3electionpb::election_server::ElectionServer::new(ElectionService {
-                server: server.clone(),
-            })
-            .max_decoding_message_size(max),
-        )
-        .add_service(ClusterServer::new(ClusterService { server }).max_decoding_message_size(max))
-        .serve_with_incoming_shutdown(
-            TcpListenerStream::new(listener).map(|s| {
-                s.map(|s| {
-                    // Small gRPC frames must not wait for Nagle's algorithm (40 ms stalls).
-                    let _ = s.set_nodelay(true);
-                    AuthorityFix::new(s)
-                })
-            }),
-            shutdown,
-        )
-        .await
+    b
+}
+
+async fn accept_loop(
+    ctx: Ctx,
+    listener: TcpListener,
+    tls: Option<TlsServer>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let builder = Arc::new(connection_builder(&ctx));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        let (tcp, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(v) => v,
+                Err(e) => {
+                    // Out of descriptors and the like: say so and keep serving.
+                    tracing::warn!(error = %e, "cannot accept a client connection");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut shutdown => break,
+        };
+        // Small gRPC frames must not wait for Nagle's algorithm (40 ms stalls).
+        let _ = tcp.set_nodelay(true);
+        let ctx = ctx.clone();
+        let tls = tls.clone();
+        let builder = builder.clone();
+        let watcher = graceful.watcher();
+        tokio::spawn(async move {
+            match tls {
+                None => serve_conn(ctx, &builder, watcher, tcp, None).await,
+                Some(tls) => {
+                    let accepted = tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(tcp)).await;
+                    match accepted {
+                        Ok(Ok((stream, cn))) => {
+                            serve_conn(ctx, &builder, watcher, stream, cn).await
+                        }
+                        Ok(Err(e)) => {
+                            tracing::warn!(remote = %peer, error = %e, "rejected connection");
+                        }
+                        Err(_) => {
+                            tracing::warn!(remote = %peer, "rejected connection: TLS handshake timed out");
+                        }
+                    }
+                }
+            }
+        });
+    }
+    drop(listener);
+    let _ = tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown()).await;
+}
+
+async fn serve_conn<IO>(
+    ctx: Ctx,
+    builder: &auto::Builder<TokioExecutor>,
+    watcher: hyper_util::server::graceful::Watcher,
+    io: IO,
+    cn: Option<String>,
+) where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+        let ctx = ctx.clone();
+        let cn = cn.clone();
+        async move {
+            let mut req = req.map(Body::new);
+            if let Some(cn) = cn {
+                req.extensions_mut().insert(ClientCertCn(cn));
+            }
+            if is_grpc(&req)
+                && let Some(mut grpc) = ctx.grpc.clone()
+            {
+                return grpc.call(req).await;
+            }
+            crate::http::handle(ctx, req).await
+        }
+    });
+    let conn = builder
+        .serve_connection_with_upgrades(TokioIo::new(AuthorityFix::new(io)), svc)
+        .into_owned();
+    if let Err(e) = watcher.watch(conn).await {
+        tracing::debug!(error = %e, "client connection ended with an error");
+    }
+}
+
+/// gRPC is HTTP/2 with an application/grpc content type (etcd's test, too).
+fn is_grpc(req: &Request<Body>) -> bool {
+    req.version() == http::Version::HTTP_2
+        && req
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/grpc"))
 }

@@ -359,12 +359,20 @@ async fn run_stream(server: Arc<EtcdServer>, mut inbound: Streaming<WatchRequest
         watchers: BTreeMap::new(),
         next_id: 0,
     };
+    // As etcd, a client that half-closes its side keeps its watches: events flow until the
+    // client goes away (the JSON gateway's /v3/watch relies on this).
+    let mut inbound_open = true;
+    let watch_out = st.out.clone();
     loop {
         tokio::select! {
-            msg = inbound.next() => {
+            msg = inbound.next(), if inbound_open => {
                 let req = match msg {
                     Some(Ok(r)) => r,
-                    _ => return,
+                    None => {
+                        inbound_open = false;
+                        continue;
+                    }
+                    Some(Err(_)) => return,
                 };
                 let ok = match req.request_union {
                     Some(RequestUnion::CreateRequest(c)) => st.create(c).await && st.catch_up().await,
@@ -381,6 +389,9 @@ async fn run_stream(server: Arc<EtcdServer>, mut inbound: Streaming<WatchRequest
                     return;
                 }
             }
+            // The client went away (its answer stream was dropped): stop, even if it
+            // never closed its own side.
+            _ = watch_out.closed() => return,
             _ = ticker.tick() => {
                 if !st.notify_progress().await {
                     return;

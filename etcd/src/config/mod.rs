@@ -50,6 +50,9 @@ pub enum ConfigError {
     Verify(String),
     #[error("{0}")]
     Unsupported(String),
+    /// A value etcd refuses at start (after flag parsing), e.g. an unknown cipher suite.
+    #[error("{0}")]
+    Invalid(String),
 }
 
 /// Everything the server needs to start.
@@ -97,6 +100,13 @@ pub struct Config {
     pub peer_client_cert_auth: bool,
     pub peer_trusted_ca_file: String,
     pub peer_auto_tls: bool,
+    pub client_crl_file: String,
+    pub client_cert_allowed_hostname: String,
+    pub peer_crl_file: String,
+    pub peer_cert_allowed_cn: String,
+    pub peer_cert_allowed_hostname: String,
+    /// --cipher-suites, Go names (checked against what rustls offers at start).
+    pub cipher_suites: Vec<String>,
     pub auth_token: String,
     pub bcrypt_cost: u32,
     pub auth_token_ttl: u64,
@@ -320,6 +330,17 @@ impl Config {
             peer_client_cert_auth: boolean(f, "peer-client-cert-auth")?,
             peer_trusted_ca_file: f.get("peer-trusted-ca-file").to_string(),
             peer_auto_tls: boolean(f, "peer-auto-tls")?,
+            client_crl_file: f.get("client-crl-file").to_string(),
+            client_cert_allowed_hostname: f.get("client-cert-allowed-hostname").to_string(),
+            peer_crl_file: f.get("peer-crl-file").to_string(),
+            peer_cert_allowed_cn: f.get("peer-cert-allowed-cn").to_string(),
+            peer_cert_allowed_hostname: f.get("peer-cert-allowed-hostname").to_string(),
+            cipher_suites: f
+                .get("cipher-suites")
+                .split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect(),
             auth_token: f.get("auth-token").to_string(),
             bcrypt_cost: num(f, "bcrypt-cost")?,
             auth_token_ttl: num(f, "auth-token-ttl")?,
@@ -417,6 +438,7 @@ impl Config {
                 )));
             }
         }
+        crate::tls::verify_config(self).map_err(ConfigError::Invalid)?;
         for (flag, unsupported) in [
             ("discovery", !f.get("discovery").is_empty()),
             ("discovery-srv", !f.get("discovery-srv").is_empty()),
@@ -533,5 +555,53 @@ mod tests {
                 .contains("couldn't find local name \"x\"")
         );
         assert!(cfg(&["--discovery", "http://d:1"]).is_err());
+    }
+
+    #[test]
+    fn tls_flags_are_checked_as_etcd() {
+        let e = cfg(&[
+            "--listen-client-urls",
+            "https://127.0.0.1:2379",
+            "--advertise-client-urls",
+            "https://127.0.0.1:2379",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            e,
+            "TLS key/cert (--cert-file, --key-file) must be provided for client url https://127.0.0.1:2379 with HTTPS scheme"
+        );
+        let e = cfg(&["--cipher-suites", "FOO"]).unwrap_err().to_string();
+        assert_eq!(e, "unexpected TLS cipher suite \"FOO\"");
+        let e = cfg(&[
+            "--listen-peer-urls",
+            "https://127.0.0.1:2380",
+            "--initial-advertise-peer-urls",
+            "https://127.0.0.1:2380",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            e,
+            "cannot listen on TLS for 127.0.0.1:2380: KeyFile and CertFile are not presented"
+        );
+        // Auto TLS stands in for the files; known suites parse; peer flags are kept.
+        let c = cfg(&[
+            "--listen-client-urls",
+            "https://127.0.0.1:2379",
+            "--advertise-client-urls",
+            "https://127.0.0.1:2379",
+            "--auto-tls",
+            "--peer-auto-tls",
+            "--peer-cert-allowed-cn",
+            "peer",
+            "--cipher-suites",
+            "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305",
+        ])
+        .unwrap();
+        assert!(c.auto_tls && c.peer_auto_tls);
+        assert_eq!(c.peer_cert_allowed_cn, "peer");
+        assert_eq!(c.cipher_suites.len(), 2);
+        assert!(cfg(&["--cipher-suites", "TLS_RSA_WITH_AES_128_CBC_SHA"]).is_err());
     }
 }

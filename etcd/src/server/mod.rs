@@ -53,6 +53,7 @@ impl Shared {
         let old = self.leader.swap(leader, Ordering::SeqCst);
         self.is_leader.store(is_leader, Ordering::SeqCst);
         if old != leader && leader != 0 {
+            crate::metrics::METRICS.leader_changes.inc();
             tracing::info!(
                 "raft.node: {:x} elected leader {:x} at term {}",
                 self.member_id,
@@ -640,7 +641,21 @@ impl EtcdServer {
     }
 
     /// Proposes `req` through raft and waits for its apply.
-    pub async fn propose(&self, mut req: InternalRaftRequest) -> Result<Outcome, ApiError> {
+    pub async fn propose(&self, req: InternalRaftRequest) -> Result<Outcome, ApiError> {
+        let m = &crate::metrics::METRICS;
+        m.proposals_pending.inc();
+        let r = self.propose_inner(req).await;
+        m.proposals_pending.dec();
+        // etcd counts the proposals that timed out or met a stopping server.
+        if let Err(e) = &r
+            && (e.message == errors::TIMEOUT.message || e.message == errors::STOPPED.message)
+        {
+            m.proposals_failed.inc();
+        }
+        r
+    }
+
+    async fn propose_inner(&self, mut req: InternalRaftRequest) -> Result<Outcome, ApiError> {
         let id = self.ids.next();
         req.header = Some(RequestHeader {
             id,

@@ -1,0 +1,207 @@
+// Counts gRPC calls as go-grpc-prometheus does for etcd: grpc_server_started_total when a call
+// arrives, grpc_server_handled_total with its status code when it ends (trailers seen).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body, Frame};
+use tonic::codegen::Service;
+
+use super::METRICS;
+use crate::api::descriptors;
+
+/// gRPC status codes by number, as the grpc_code label spells them.
+const CODES: [&str; 17] = [
+    "OK",
+    "Canceled",
+    "Unknown",
+    "InvalidArgument",
+    "DeadlineExceeded",
+    "NotFound",
+    "AlreadyExists",
+    "PermissionDenied",
+    "ResourceExhausted",
+    "FailedPrecondition",
+    "Aborted",
+    "OutOfRange",
+    "Unimplemented",
+    "Internal",
+    "Unavailable",
+    "DataLoss",
+    "Unauthenticated",
+];
+
+pub fn code_name(code: i32) -> &'static str {
+    usize::try_from(code)
+        .ok()
+        .and_then(|i| CODES.get(i))
+        .copied()
+        .unwrap_or("Unknown")
+}
+
+/// Creates every (method, code) series of `service` at zero, as etcd does for its
+/// etcdserverpb services when the server starts.
+pub fn init_service(service: &str) {
+    let Ok(pool) = descriptors::pool() else {
+        return;
+    };
+    let Some(s) = pool.get_service_by_name(service) else {
+        return;
+    };
+    for m in s.methods() {
+        let t = descriptors::grpc_type(&m);
+        METRICS.grpc_started.add(&[m.name(), service, t], 0);
+        for c in CODES {
+            METRICS.grpc_handled.add(&[c, m.name(), service, t], 0);
+        }
+    }
+}
+
+/// The labels of one call: (method, service, type).
+#[derive(Clone)]
+struct Call {
+    method: String,
+    service: String,
+    typ: &'static str,
+}
+
+impl Call {
+    fn from_path(path: &str) -> Option<Call> {
+        let (service, method) = path.trim_start_matches('/').split_once('/')?;
+        let m = descriptors::method(service, method)?;
+        Some(Call {
+            method: method.to_string(),
+            service: service.to_string(),
+            typ: descriptors::grpc_type(&m),
+        })
+    }
+
+    fn started(&self) {
+        METRICS
+            .grpc_started
+            .add(&[&self.method, &self.service, self.typ], 1);
+    }
+
+    fn handled(&self, code: &str) {
+        METRICS
+            .grpc_handled
+            .add(&[code, &self.method, &self.service, self.typ], 1);
+    }
+}
+
+fn status_of(h: &http::HeaderMap) -> Option<&'static str> {
+    let v = h.get("grpc-status")?.to_str().ok()?.parse::<i32>().ok()?;
+    Some(code_name(v))
+}
+
+/// Wraps the gRPC routes of the client port.
+#[derive(Clone)]
+pub struct GrpcMetrics<S> {
+    inner: S,
+}
+
+impl<S> GrpcMetrics<S> {
+    pub fn new(inner: S) -> GrpcMetrics<S> {
+        GrpcMetrics { inner }
+    }
+}
+
+type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
+
+impl<S, B> Service<http::Request<B>> for GrpcMetrics<S>
+where
+    S: Service<http::Request<B>, Response = http::Response<tonic::body::Body>>,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = S::Error;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let call = Call::from_path(req.uri().path());
+        if let Some(c) = &call {
+            c.started();
+        }
+        let fut = self.inner.call(req);
+        Box::pin(async move {
+            let resp = fut.await?;
+            let Some(call) = call else {
+                return Ok(resp);
+            };
+            // A trailers-only answer (most errors) carries the status in the headers.
+            if let Some(code) = status_of(resp.headers()) {
+                call.handled(code);
+                return Ok(resp);
+            }
+            Ok(resp.map(|body| {
+                tonic::body::Body::new(Observed {
+                    inner: body,
+                    call: Some(call),
+                })
+            }))
+        })
+    }
+}
+
+/// A response body that reports the call's status when its trailers pass (or Canceled when
+/// the client goes away first).
+struct Observed {
+    inner: tonic::body::Body,
+    call: Option<Call>,
+}
+
+impl Body for Observed {
+    type Data = Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let r = Pin::new(&mut self.inner).poll_frame(cx);
+        match &r {
+            Poll::Ready(Some(Ok(f))) => {
+                if let Some(t) = f.trailers_ref()
+                    && let Some(call) = self.call.take()
+                {
+                    call.handled(status_of(t).unwrap_or("Unknown"));
+                }
+            }
+            Poll::Ready(Some(Err(_))) => {
+                if let Some(call) = self.call.take() {
+                    call.handled("Unknown");
+                }
+            }
+            Poll::Ready(None) => {
+                if let Some(call) = self.call.take() {
+                    call.handled("OK");
+                }
+            }
+            Poll::Pending => {}
+        }
+        r
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for Observed {
+    fn drop(&mut self) {
+        if let Some(call) = self.call.take() {
+            call.handled("Canceled");
+        }
+    }
+}

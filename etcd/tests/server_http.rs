@@ -1,0 +1,454 @@
+// The HTTP side of the client port against the real etcd 3.4: /health, /version, /metrics (the
+// exposition format parsed, counters moving after requests), the metrics listener, and the
+// grpc-gateway JSON API (put/range/txn/deleterange/compaction/lease/watch and its errors)
+// answering the same calls with the same JSON, IDs aside.
+
+mod http_client;
+#[path = "../../common/tests/support/mod.rs"]
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use http_client::{get, post, request};
+use serde_json::Value;
+use support::{RealEtcd, free_port};
+
+const OURS: &str = env!("CARGO_BIN_EXE_etcd");
+
+/// One parsed sample: metric name, labels, value.
+type Sample = (String, BTreeMap<String, String>, f64);
+
+/// Parses the Prometheus text format strictly: every line is a HELP/TYPE comment or a sample
+/// of a family announced before it; returns the samples and each family's type.
+fn parse_exposition(text: &str) -> (Vec<Sample>, BTreeMap<String, String>) {
+    let mut types = BTreeMap::new();
+    let mut helps = BTreeMap::new();
+    let mut samples = Vec::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (name, help) = rest.split_once(' ').expect("HELP has a name and text");
+            assert!(!help.is_empty(), "empty HELP for {name}");
+            helps.insert(name.to_string(), help.to_string());
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, typ) = rest.split_once(' ').expect("TYPE has a name and type");
+            assert!(
+                ["counter", "gauge", "histogram", "summary", "untyped"].contains(&typ),
+                "bad TYPE {typ}"
+            );
+            assert!(helps.contains_key(name), "TYPE before HELP for {name}");
+            types.insert(name.to_string(), typ.to_string());
+            continue;
+        }
+        assert!(!line.starts_with('#'), "unexpected comment {line:?}");
+        let (series, value) = line.rsplit_once(' ').expect("sample has a value");
+        let value: f64 = match value {
+            "+Inf" => f64::INFINITY,
+            "-Inf" => f64::NEG_INFINITY,
+            v => v
+                .parse()
+                .unwrap_or_else(|_| panic!("bad value in {line:?}")),
+        };
+        let (name, labels) = match series.split_once('{') {
+            Some((n, l)) => {
+                let l = l.strip_suffix('}').expect("labels end with }");
+                let mut m = BTreeMap::new();
+                for pair in l.split("\",").filter(|p| !p.is_empty()) {
+                    let (k, v) = pair.split_once("=\"").expect("label is k=\"v\"");
+                    m.insert(k.to_string(), v.trim_end_matches('"').to_string());
+                }
+                (n.to_string(), m)
+            }
+            None => (series.to_string(), BTreeMap::new()),
+        };
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| {
+                name.strip_suffix(s).filter(|f| {
+                    types
+                        .get(*f)
+                        .is_some_and(|t| t == "histogram" || t == "summary")
+                })
+            })
+            .unwrap_or(&name)
+            .to_string();
+        assert!(
+            types.contains_key(&family),
+            "sample {name} without a TYPE line"
+        );
+        samples.push((name, labels, value));
+    }
+    (samples, types)
+}
+
+fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    samples
+        .iter()
+        .find(|(n, l, _)| {
+            n == name
+                && labels.len() == l.len()
+                && labels
+                    .iter()
+                    .all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v))
+        })
+        .map(|s| s.2)
+}
+
+fn scrape(url: &str) -> (Vec<Sample>, BTreeMap<String, String>) {
+    let r = get(url, "/metrics");
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.header("content-type"),
+        Some("text/plain; version=0.0.4; charset=utf-8")
+    );
+    parse_exposition(&r.body)
+}
+
+#[test]
+fn health_version_and_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics_url = format!("http://127.0.0.1:{}", free_port());
+    let ours = RealEtcd::start_bin(
+        OURS,
+        &dir.path().join("ours"),
+        "ours",
+        &["--listen-metrics-urls", &metrics_url],
+    );
+    let real = RealEtcd::start(&dir.path().join("real"), "real");
+    let url = &ours.client_url;
+
+    // /health: the same status, body and content type as etcd 3.4.
+    for path in ["/health", "/health?serializable=true"] {
+        let a = get(url, path);
+        let b = get(&real.client_url, path);
+        assert_eq!((a.status, &a.body), (b.status, &b.body), "{path}");
+        assert_eq!(a.body, r#"{"health":"true"}"#);
+        assert_eq!(a.header("content-type"), b.header("content-type"));
+        assert_eq!(
+            a.header("access-control-allow-origin"),
+            b.header("access-control-allow-origin")
+        );
+    }
+    // /version: etcd's two keys.
+    let v: Value = serde_json::from_str(&get(url, "/version").body).unwrap();
+    let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["etcdserver", "etcdcluster"]);
+    assert_eq!(v["etcdcluster"], "3.5.0");
+    // etcd 3.5's probes.
+    assert_eq!(get(url, "/livez").body, "ok");
+    assert_eq!(get(url, "/readyz").body, "ok");
+    assert!(
+        get(url, "/readyz?verbose")
+            .body
+            .contains("[+]linearizable_read ok")
+    );
+    let nf = get(url, "/nope");
+    let nf_real = get(&real.client_url, "/nope");
+    assert_eq!((nf.status, &nf.body), (nf_real.status, &nf_real.body));
+
+    // /metrics: the core series with etcd's types.
+    let (before, types) = scrape(url);
+    let (_, real_types) = scrape(&real.client_url);
+    for name in [
+        "etcd_server_has_leader",
+        "etcd_server_is_leader",
+        "etcd_server_leader_changes_seen_total",
+        "etcd_server_proposals_committed_total",
+        "etcd_server_proposals_applied_total",
+        "etcd_server_proposals_pending",
+        "etcd_server_proposals_failed_total",
+        "etcd_mvcc_db_total_size_in_bytes",
+        "etcd_mvcc_db_total_size_in_use_in_bytes",
+        "etcd_disk_wal_fsync_duration_seconds",
+        "etcd_disk_backend_commit_duration_seconds",
+        "grpc_server_handled_total",
+        "grpc_server_started_total",
+    ] {
+        assert_eq!(types.get(name), real_types.get(name), "TYPE of {name}");
+        assert!(types.contains_key(name), "{name} missing");
+    }
+    assert_eq!(value(&before, "etcd_server_has_leader", &[]), Some(1.0));
+    assert_eq!(value(&before, "etcd_server_is_leader", &[]), Some(1.0));
+    assert_eq!(
+        value(&before, "etcd_server_leader_changes_seen_total", &[]),
+        Some(1.0)
+    );
+    assert!(value(&before, "etcd_mvcc_db_total_size_in_bytes", &[]).unwrap() > 0.0);
+    // etcd's buckets: 1ms doubling to 8.192s.
+    let les: Vec<&str> = before
+        .iter()
+        .filter(|(n, _, _)| n == "etcd_disk_wal_fsync_duration_seconds_bucket")
+        .map(|(_, l, _)| l["le"].as_str())
+        .collect();
+    assert_eq!(
+        les,
+        [
+            "0.001", "0.002", "0.004", "0.008", "0.016", "0.032", "0.064", "0.128", "0.256",
+            "0.512", "1.024", "2.048", "4.096", "8.192", "+Inf"
+        ]
+    );
+    // Zeroed series for every etcdserverpb method and code, as etcd starts with.
+    let put_ok = [
+        ("grpc_code", "OK"),
+        ("grpc_method", "Put"),
+        ("grpc_service", "etcdserverpb.KV"),
+        ("grpc_type", "unary"),
+    ];
+    let put_started = &put_ok[1..];
+    let handled0 = value(&before, "grpc_server_handled_total", &put_ok).expect("zeroed Put/OK");
+    let started0 = value(&before, "grpc_server_started_total", put_started).unwrap();
+    let committed0 = value(&before, "etcd_server_proposals_committed_total", &[]).unwrap();
+    let fsyncs0 = value(&before, "etcd_disk_wal_fsync_duration_seconds_count", &[]).unwrap();
+
+    ours.etcdctl_ok(&["put", "a", "1"]);
+    let r = post(url, "/v3/kv/put", r#"{"key":"Yg==","value":"Mg=="}"#);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let out = ours.etcdctl(&["compaction", "1000"]);
+    assert!(!out.status.success());
+
+    let (after, _) = scrape(url);
+    // Two puts (gRPC and the gateway, which goes through the same gRPC handlers).
+    assert_eq!(
+        value(&after, "grpc_server_handled_total", &put_ok).unwrap(),
+        handled0 + 2.0
+    );
+    assert_eq!(
+        value(&after, "grpc_server_started_total", put_started).unwrap(),
+        started0 + 2.0
+    );
+    let compact_oor = [
+        ("grpc_code", "OutOfRange"),
+        ("grpc_method", "Compact"),
+        ("grpc_service", "etcdserverpb.KV"),
+        ("grpc_type", "unary"),
+    ];
+    assert_eq!(
+        value(&after, "grpc_server_handled_total", &compact_oor),
+        Some(1.0)
+    );
+    assert!(
+        value(&after, "etcd_server_proposals_committed_total", &[]).unwrap() >= committed0 + 2.0
+    );
+    assert!(
+        value(&after, "etcd_disk_wal_fsync_duration_seconds_count", &[]).unwrap() >= fsyncs0 + 2.0
+    );
+
+    // The metrics listener: /metrics and /health only, no CORS headers.
+    let (m, _) = scrape(&metrics_url);
+    assert_eq!(value(&m, "etcd_server_has_leader", &[]), Some(1.0));
+    let h = get(&metrics_url, "/health");
+    assert_eq!((h.status, h.body.as_str()), (200, r#"{"health":"true"}"#));
+    assert_eq!(h.header("access-control-allow-origin"), None);
+    assert_eq!(get(&metrics_url, "/version").status, 404);
+}
+
+#[test]
+fn health_is_false_with_an_alarm() {
+    let dir = tempfile::tempdir().unwrap();
+    let ours = RealEtcd::start_bin(OURS, &dir.path().join("ours"), "ours", &[]);
+    let real = RealEtcd::start(&dir.path().join("real"), "real");
+    for e in [&ours, &real] {
+        // A NOSPACE alarm raised by hand (etcdctl has no command for it; the API does).
+        let r = post(
+            &e.client_url,
+            "/v3/maintenance/alarm",
+            r#"{"action":"ACTIVATE","memberID":"1","alarm":"NOSPACE"}"#,
+        );
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    let a = get(&ours.client_url, "/health");
+    let b = get(&real.client_url, "/health");
+    assert_eq!((a.status, &a.body), (b.status, &b.body));
+    assert_eq!(a.status, 503);
+    assert_eq!(a.body, "{\"health\":\"false\"}\n");
+    assert_eq!(a.header("x-content-type-options"), Some("nosniff"));
+    let (m, _) = scrape(&ours.client_url);
+    assert_eq!(value(&m, "etcd_server_health_failures", &[]), Some(1.0));
+}
+
+/// Replaces the member and cluster IDs (derived from ports) in a JSON answer.
+fn normalise(body: &str, e: &RealEtcd) -> Value {
+    let mut v: Value = match serde_json::from_str(body) {
+        Ok(v) => v,
+        Err(e) => panic!("not JSON: {body:?}: {e}"),
+    };
+    let status: Value =
+        serde_json::from_str(&post(&e.client_url, "/v3/maintenance/status", "{}").body).unwrap();
+    let member = status["header"]["member_id"].as_str().unwrap().to_string();
+    let cluster = status["header"]["cluster_id"].as_str().unwrap().to_string();
+    fn walk(v: &mut Value, member: &str, cluster: &str) {
+        match v {
+            Value::String(s) if s == member => *s = "<member>".into(),
+            Value::String(s) if s == cluster => *s = "<cluster>".into(),
+            Value::Array(a) => a.iter_mut().for_each(|x| walk(x, member, cluster)),
+            Value::Object(o) => o.values_mut().for_each(|x| walk(x, member, cluster)),
+            _ => {}
+        }
+    }
+    walk(&mut v, &member, &cluster);
+    v
+}
+
+/// The gateway calls of the comparison: (path, body).
+const CALLS: &[(&str, &str)] = &[
+    ("/v3/kv/put", r#"{"key":"Zm9v","value":"YmFy"}"#),
+    (
+        "/v3/kv/put",
+        r#"{"key":"Zm9v","value":"YmF6","prev_kv":true}"#,
+    ),
+    ("/v3/kv/range", r#"{"key":"Zm9v"}"#),
+    ("/v3beta/kv/range", r#"{"key":"Zm9v","keys_only":true}"#),
+    (
+        "/v3/kv/range",
+        r#"{"key":"AA==","range_end":"AA==","count_only":true}"#,
+    ),
+    ("/v3/kv/range", r#"{"key":"bm9uZQ=="}"#),
+    (
+        "/v3/kv/txn",
+        r#"{"compare":[{"target":"VALUE","key":"Zm9v","value":"YmF6","result":"EQUAL"}],"success":[{"request_put":{"key":"Zm9v","value":"cXV4"}}],"failure":[{"request_range":{"key":"Zm9v"}}]}"#,
+    ),
+    (
+        "/v3/kv/txn",
+        r#"{"compare":[{"target":"VALUE","key":"Zm9v","value":"YmF6","result":"EQUAL"}],"success":[{"request_put":{"key":"Zm9v","value":"cXV4"}}],"failure":[{"request_range":{"key":"Zm9v"}}]}"#,
+    ),
+    ("/v3/kv/deleterange", r#"{"key":"Zm9v","prev_kv":true}"#),
+    ("/v3/kv/range", r#"{"key":"Zm9v","revision":"2"}"#),
+    ("/v3/kv/compaction", r#"{"revision":"3"}"#),
+    ("/v3/kv/compaction", r#"{"revision":"3"}"#),
+    ("/v3/kv/range", r#"{"key":"Zm9v","revision":2}"#),
+    ("/v3/kv/compaction", r#"{"revision":"1000"}"#),
+    ("/v3/lease/grant", r#"{"TTL":"60","ID":"4242"}"#),
+    (
+        "/v3/kv/put",
+        r#"{"key":"bA==","value":"dg==","lease":"4242"}"#,
+    ),
+    ("/v3/lease/leases", "{}"),
+    ("/v3/kv/lease/leases", ""),
+    ("/v3/lease/revoke", r#"{"ID":"4242"}"#),
+    ("/v3/kv/lease/revoke", r#"{"ID":"4242"}"#),
+    ("/v3/lease/timetolive", r#"{"ID":"4242"}"#),
+    ("/v3/kv/range", r#"{"key":"bA=="}"#),
+    ("/v3/maintenance/alarm", "{}"),
+    (
+        "/v3/kv/put",
+        r#"{"key":"Zm9v","value":"YmFy","lease":"99"}"#,
+    ),
+    ("/v3/kv/nope", "{}"),
+];
+
+#[test]
+fn gateway_answers_as_etcd() {
+    let dir = tempfile::tempdir().unwrap();
+    let ours = RealEtcd::start_bin(OURS, &dir.path().join("ours"), "ours", &[]);
+    let real = RealEtcd::start(&dir.path().join("real"), "real");
+    for (path, body) in CALLS {
+        let a = post(&ours.client_url, path, body);
+        let b = post(&real.client_url, path, body);
+        assert_eq!(
+            a.status, b.status,
+            "{path} {body}: {} vs {}",
+            a.body, b.body
+        );
+        assert_eq!(
+            a.header("content-type"),
+            b.header("content-type"),
+            "{path} {body}"
+        );
+        if b.header("content-type") == Some("application/json") {
+            assert_eq!(
+                normalise(&a.body, &ours),
+                normalise(&b.body, &real),
+                "{path} {body}"
+            );
+            // Same bytes once the IDs are equal: field order and number formatting too.
+            let ids = |s: &str, e: &RealEtcd| serde_json::to_string(&normalise(s, e)).unwrap();
+            assert_eq!(ids(&a.body, &ours), ids(&b.body, &real));
+        } else {
+            assert_eq!(a.body, b.body, "{path} {body}");
+        }
+    }
+    // Bad input: the same status and code (Go's JSON decoder words its message differently).
+    for body in [r#"{"key":1}"#, "notjson", r#"{"key":"Zm9vx"}"#] {
+        let a = post(&ours.client_url, "/v3/kv/range", body);
+        let b = post(&real.client_url, "/v3/kv/range", body);
+        assert_eq!(a.status, b.status, "{body}");
+        let ja: Value = serde_json::from_str(&a.body).unwrap();
+        let jb: Value = serde_json::from_str(&b.body).unwrap();
+        assert_eq!(ja["code"], jb["code"], "{body}");
+        assert_eq!(
+            ja.as_object().unwrap().keys().collect::<Vec<_>>(),
+            ["error", "message", "code"]
+        );
+    }
+    // Wrong method and unknown paths: Go's plain-text answers.
+    for (m, p) in [
+        ("GET", "/v3/kv/range"),
+        ("PUT", "/v3/kv/put"),
+        ("POST", "/v3alpha/kv/range"),
+    ] {
+        let a = request(&ours.client_url, m, p, "", Duration::from_secs(5));
+        let b = request(&real.client_url, m, p, "", Duration::from_secs(5));
+        assert_eq!((a.status, &a.body), (b.status, &b.body), "{m} {p}");
+    }
+
+    // Streams: a lease keep-alive answers once and ends; a watch sends its history and the
+    // events that follow, one {"result":...} line each, and stays open.
+    for e in [&ours, &real] {
+        assert_eq!(
+            post(
+                &e.client_url,
+                "/v3/lease/grant",
+                r#"{"TTL":"60","ID":"77"}"#
+            )
+            .status,
+            200
+        );
+    }
+    let ka = |e: &RealEtcd| {
+        let r = request(
+            &e.client_url,
+            "POST",
+            "/v3/lease/keepalive",
+            r#"{"ID":"77"}"#,
+            Duration::from_secs(5),
+        );
+        assert_eq!(r.status, 200);
+        r.body.lines().map(|l| normalise(l, e)).collect::<Vec<_>>()
+    };
+    assert_eq!(ka(&ours), ka(&real));
+    let watch = |e: &RealEtcd| {
+        let url = e.client_url.clone();
+        let t = std::thread::spawn(move || {
+            request(
+                &url,
+                "POST",
+                "/v3/watch",
+                r#"{"create_request":{"key":"dw==","range_end":"eA=="}}"#,
+                Duration::from_secs(3),
+            )
+        });
+        std::thread::sleep(Duration::from_millis(800));
+        assert_eq!(
+            post(
+                &e.client_url,
+                "/v3/kv/put",
+                r#"{"key":"dzE=","value":"MQ=="}"#
+            )
+            .status,
+            200
+        );
+        assert_eq!(
+            post(&e.client_url, "/v3/kv/deleterange", r#"{"key":"dzE="}"#).status,
+            200
+        );
+        let r = t.join().unwrap();
+        assert_eq!(r.status, 200);
+        assert_eq!(r.header("content-type"), Some("application/json"));
+        r.body.lines().map(|l| normalise(l, e)).collect::<Vec<_>>()
+    };
+    let (wa, wb) = (watch(&ours), watch(&real));
+    assert_eq!(wa.len(), 3, "{wa:?}");
+    assert_eq!(wa, wb);
+}

@@ -218,10 +218,16 @@ impl RaftLoop {
             .backend()
             .force_commit()
             .map_err(|e| format!("backend commit before a snapshot failed: {e}"))?;
+        // The data carries the v2 store membership etcd 3.4 reads at boot, so a real etcd
+        // can take over this data dir.
+        let v2_image = {
+            let members = self.shared.members.read().unwrap_or_else(|e| e.into_inner());
+            crate::membership::v2store::membership_image(&members)
+        };
         let snap: Snapshot = self
             .node
             .storage_mut()
-            .create_snapshot(index, Some(self.conf_state.clone()), Vec::new())
+            .create_snapshot(index, Some(self.conf_state.clone()), v2_image)
             .map_err(|e| format!("creating a snapshot at {index} failed: {e}"))?
             .clone();
         let term = snap.metadata.as_ref().map(|m| m.term).unwrap_or(0);

@@ -221,7 +221,11 @@ impl RaftLoop {
         // The data carries the v2 store membership etcd 3.4 reads at boot, so a real etcd
         // can take over this data dir.
         let v2_image = {
-            let members = self.shared.members.read().unwrap_or_else(|e| e.into_inner());
+            let members = self
+                .shared
+                .members
+                .read()
+                .unwrap_or_else(|e| e.into_inner());
             crate::membership::v2store::membership_image(&members)
         };
         let snap: Snapshot = self

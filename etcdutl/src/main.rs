@@ -29,14 +29,34 @@ enum Command {
     /// Manages etcd node snapshots
     #[command(subcommand)]
     Snapshot(commands::snapshot::SnapshotCmd),
+    /// Defragments the storage of a stopped etcd member (offline)
+    Defrag(commands::datadir::DirArgs),
+    /// Makes a consistent copy of a stopped member's data dir
+    Backup(commands::datadir::BackupArgs),
+    /// Prints the KV history hash of a stopped member's db (the value HashKV reports)
+    Hashkv(commands::datadir::HashKvArgs),
+    /// Verifies a data dir: WAL CRC chain, snap files, db pages and structure, consistent index
+    Check(commands::datadir::DirArgs),
+    /// Shows what a data dir's WAL and db hold
+    #[command(subcommand)]
+    Inspect(commands::datadir::InspectCmd),
+    /// Fixes a torn WAL tail, temp files and orphaned snapshots; refuses anything else
+    Repair(commands::datadir::DirArgs),
     /// Prints the version of etcdutl
     Version,
 }
 
 fn main() {
     let cli = Cli::parse();
+    let fmt = etcdutl::output::Format::parse(&cli.write_out);
     let result = match &cli.cmd {
         Command::Snapshot(c) => commands::snapshot::run(c, &cli.write_out),
+        Command::Defrag(a) => fmt.and_then(|f| commands::datadir::defrag(a, f)),
+        Command::Backup(a) => commands::datadir::backup(a),
+        Command::Hashkv(a) => fmt.and_then(|f| commands::datadir::hashkv(a, f)),
+        Command::Check(a) => fmt.and_then(|f| commands::datadir::check(a, f)),
+        Command::Inspect(c) => fmt.and_then(|f| commands::datadir::inspect(c, f)),
+        Command::Repair(a) => fmt.and_then(|f| commands::datadir::repair(a, f)),
         Command::Version => {
             println!("etcdutl version: {}", etcd::version::ETCD_VERSION);
             println!("API version: 3.5");

@@ -42,7 +42,10 @@ fn take_over_real_etcd_dir(kill: bool) {
     assert_eq!(all_keys(&real), before);
     assert_eq!(leases(&real), vec![lease.clone()]);
     let ttl = real.etcdctl_ok(&["lease", "timetolive", &lease, "--keys"]);
-    assert!(ttl.contains("leased-a") && ttl.contains("leased-b"), "{ttl}");
+    assert!(
+        ttl.contains("leased-a") && ttl.contains("leased-b"),
+        "{ttl}"
+    );
     assert_eq!(members(&real), members_before);
     real.etcdctl_ok(&["put", "ours", "now"]);
     real.etcdctl_ok(&["lease", "revoke", &lease]);
@@ -77,7 +80,13 @@ fn real_etcd_takes_over_our_data_dir() {
     ours.stop();
     let snaps = std::fs::read_dir(dir.join("member/snap"))
         .unwrap()
-        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".snap"))
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".snap")
+        })
         .count();
     assert!(snaps > 0, "our server wrote no .snap file");
     ours.restart("etcd", &[]);

@@ -121,8 +121,10 @@ fn check_key_bucket(tx: &impl ReadTxn) -> std::result::Result<u64, String> {
             return Ok(());
         }
         let main = i64::from_be_bytes(k[..8].try_into().unwrap_or([0; 8]));
+        // A tombstone's value holds the key only (etcd writes KeyValue{key} for a delete).
+        let tombstone = k.len() == 18;
         match proto::mvccpb::KeyValue::decode(v) {
-            Ok(kv) if kv.mod_revision == main => {}
+            Ok(kv) if kv.mod_revision == main || (tombstone && kv.mod_revision == 0) => {}
             Ok(kv) => {
                 bad = Some(format!(
                     "key bucket entry at revision {main} holds a key-value of revision {}",

@@ -4,7 +4,6 @@
 
 use std::path::PathBuf;
 
-use common::backend::Db;
 use common::wal::{RepairOutcome, WalError};
 
 use crate::check::walk_wal;
@@ -20,24 +19,20 @@ pub struct Repaired {
 /// Repairs `dir` (which must not be in use by a server).
 pub fn repair(dir: &DataDir) -> Result<Repaired> {
     dir.ensure_not_running()?;
-    // Refuse first, change nothing: a db that fails its check or a WAL damaged before its end.
-    if dir.db.exists() {
-        let db = Db::open_read_only(&dir.db)
-            .map_err(|e| refuse(format!("the db {} does not open: {e}", dir.db.display())))?;
-        db.check()
-            .map_err(|e| refuse(format!("the db {} is damaged: {e}", dir.db.display())))?;
+    // Refuse first, change nothing: any fault check finds other than a torn WAL tail (damage
+    // inside the log or the db, a missing snapshot) cannot be fixed without losing data.
+    let report = crate::check::check(dir)?;
+    let unfixable: Vec<String> = report
+        .findings
+        .iter()
+        .filter(|f| !f.ok && !(f.check == "wal" && f.detail.starts_with("wal: torn write")))
+        .map(|f| format!("{}: {}", f.check, f.detail))
+        .collect();
+    if !unfixable.is_empty() {
+        return Err(refuse(unfixable.join("; ")));
     }
     let wal = if common::wal::exists(&dir.wal_dir) {
-        let w = walk_wal(&dir.wal_dir)?;
-        match &w.fault {
-            None | Some(WalError::TornTail { .. }) => {}
-            Some(e) => {
-                return Err(refuse(format!(
-                    "the WAL is damaged before its end ({e}); truncating there would drop acknowledged entries"
-                )));
-            }
-        }
-        Some(w)
+        Some(walk_wal(&dir.wal_dir)?)
     } else {
         None
     };

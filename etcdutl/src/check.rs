@@ -17,6 +17,8 @@ use crate::error::Result;
 pub struct Finding {
     pub check: &'static str,
     pub ok: bool,
+    /// A fault `etcdutl repair` fixes without losing acknowledged data (a torn WAL tail).
+    pub repairable: bool,
     pub detail: String,
 }
 
@@ -33,7 +35,12 @@ impl Report {
     }
 
     fn add(&mut self, check: &'static str, ok: bool, detail: String) {
-        self.findings.push(Finding { check, ok, detail });
+        self.findings.push(Finding {
+            check,
+            ok,
+            repairable: false,
+            detail,
+        });
     }
 }
 
@@ -166,7 +173,12 @@ pub fn check(dir: &DataDir) -> Result<Report> {
                     w.segments, w.records, w.last_index, w.hard_state.commit
                 ),
             ),
-            Some(e @ WalError::TornTail { .. }) => rep.add("wal", false, format!("{e}")),
+            Some(e @ WalError::TornTail { .. }) => rep.findings.push(Finding {
+                check: "wal",
+                ok: false,
+                repairable: true,
+                detail: format!("{e}"),
+            }),
             Some(e) => rep.add(
                 "wal",
                 false,

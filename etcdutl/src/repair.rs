@@ -25,7 +25,7 @@ pub fn repair(dir: &DataDir) -> Result<Repaired> {
     let unfixable: Vec<String> = report
         .findings
         .iter()
-        .filter(|f| !f.ok && !(f.check == "wal" && f.detail.starts_with("wal: torn write")))
+        .filter(|f| !f.ok && !f.repairable)
         .map(|f| format!("{}: {}", f.check, f.detail))
         .collect();
     if !unfixable.is_empty() {

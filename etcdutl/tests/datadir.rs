@@ -9,7 +9,6 @@ mod util;
 
 use std::path::{Path, PathBuf};
 
-use prost::Message;
 use support::RealEtcd;
 use util::*;
 
@@ -38,17 +37,6 @@ fn check(dir: &Path) -> (i32, String, String) {
 
 fn repair(dir: &Path) -> (i32, String, String) {
     run(&["repair", "--data-dir", dir.to_str().unwrap()])
-}
-
-fn wal_file(dir: &Path) -> PathBuf {
-    let w = dir.join("member/wal");
-    let mut names: Vec<_> = std::fs::read_dir(&w)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".wal"))
-        .collect();
-    names.sort();
-    w.join(names.last().unwrap())
 }
 
 fn flip(path: &Path, at: u64) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Benchmarks (not tests): prints throughput/latency numbers, side by side with a baseline in
 # the same run, since absolute numbers drift on shared machines.
-# Usage: scripts/bench.sh [wal|backend|raft|server|all]
+# Usage: scripts/bench.sh [wal|backend|raft|server|etcdutl|all]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
@@ -11,11 +11,12 @@ run() {
     backend) cargo bench -p common --bench backend ;;
     raft) cargo bench -p etcd --bench raft ;;
     server) scripts/deps.sh && cargo bench -p etcd --bench server ;;
-    *) echo "bench.sh: unknown benchmark '$1' (known: wal, backend, raft, server, all)" >&2; exit 2 ;;
+    etcdutl) scripts/deps.sh && cargo bench -p etcdutl --bench restore ;;
+    *) echo "bench.sh: unknown benchmark '$1' (known: wal, backend, raft, server, etcdutl, all)" >&2; exit 2 ;;
   esac
 }
 if [ "$what" = all ]; then
-  for b in wal backend raft server; do run "$b"; done
+  for b in wal backend raft server etcdutl; do run "$b"; done
 else
   run "$what"
 fi

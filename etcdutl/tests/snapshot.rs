@@ -125,9 +125,28 @@ fn our_snapshot_restores_under_ours_and_under_real_etcd() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let copy = tmp.path().join("real-restored-copy");
+    assert!(
+        std::process::Command::new("cp")
+            .arg("-a")
+            .arg(&dir)
+            .arg(&copy)
+            .status()
+            .unwrap()
+            .success()
+    );
     let e = serve("etcd", &dir, "r1", &peer);
+    assert_eq!(all_keys(&e), (rev, kvs.clone()));
+    assert_eq!(leases(&e), vec![lease.clone()]);
+    drop(e);
+    // Our server on the real etcdctl's restore: etcd 3.4's restore leaves the old cluster's
+    // member in the db; the membership comes from the .snap's v2 store, as etcd reads it.
+    let e = serve(&bin("etcd"), &copy, "r1", &peer);
     assert_eq!(all_keys(&e), (rev, kvs));
     assert_eq!(leases(&e), vec![lease]);
+    let members = member_list(&e);
+    assert_eq!(members.as_array().unwrap().len(), 1, "{members}");
+    assert_eq!(members[0]["peerURLs"][0], peer.as_str());
 }
 
 /// A snapshot saved from a real etcd 3.4 restores with our etcdutl and serves every key,

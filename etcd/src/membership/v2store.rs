@@ -8,7 +8,9 @@
 // `attributes` once the member has a name or client URLs), each write recorded as an event in
 // a 1000-slot event history ring. The cluster version (/0/version) is left out on purpose: the
 // running cluster decides it again, and a version newer than the reader (our 3.5.0 vs etcd
-// 3.4) would make etcd 3.4 refuse to start ("cluster cannot be downgraded").
+// 3.4) would make etcd 3.4 refuse to start ("cluster cannot be downgraded"). The reverse,
+// members_from_image, is how a member restarted from a snapshot learns its membership (etcd's
+// rule: the snapshot's v2 store, not the db, which etcd 3.4's restore leaves stale).
 
 use std::collections::BTreeMap;
 
@@ -250,6 +252,62 @@ pub fn membership_image(members: &[Member]) -> Vec<u8> {
     st.save()
 }
 
+/// The members a v2 store image holds (/0/members/<id>/raftAttributes and attributes), as
+/// etcd 3.4 and 3.5 recover their membership at boot; None when `image` is not a v2 store.
+pub fn members_from_image(image: &[u8]) -> Option<Vec<Member>> {
+    let v: serde_json::Value = serde_json::from_slice(image).ok()?;
+    let dirs = v
+        .get("Root")?
+        .get("Children")?
+        .get("0")?
+        .get("Children")?
+        .get("members")
+        .and_then(|m| m.get("Children"))
+        .and_then(|c| c.as_object());
+    let Some(dirs) = dirs else {
+        return Some(Vec::new());
+    };
+    let mut out = Vec::new();
+    for (key, node) in dirs {
+        let Ok(id) = u64::from_str_radix(key, 16) else {
+            continue;
+        };
+        let value = |name: &str| -> Option<serde_json::Value> {
+            let s = node.get("Children")?.get(name)?.get("Value")?.as_str()?;
+            serde_json::from_str(s).ok()
+        };
+        let Some(ra) = value("raftAttributes") else {
+            continue;
+        };
+        let strings = |v: Option<&serde_json::Value>| -> Vec<String> {
+            v.and_then(|a| a.as_array())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|s| s.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let attrs = value("attributes");
+        out.push(Member {
+            id,
+            peer_urls: strings(ra.get("peerURLs")),
+            is_learner: ra
+                .get("isLearner")
+                .and_then(|b| b.as_bool())
+                .unwrap_or(false),
+            name: attrs
+                .as_ref()
+                .and_then(|a| a.get("name"))
+                .and_then(|n| n.as_str())
+                .unwrap_or_default()
+                .to_string(),
+            client_urls: strings(attrs.as_ref().and_then(|a| a.get("clientURLs"))),
+        });
+    }
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -293,5 +351,28 @@ mod tests {
         );
         assert_eq!(v["CurrentIndex"], 2);
         assert_eq!(v["Stats"]["setsSuccess"], 1);
+    }
+
+    #[test]
+    fn members_read_back_from_the_image() {
+        let ms = vec![
+            Member {
+                id: 0x0b647f29678b82df,
+                peer_urls: vec!["http://127.0.0.1:1".into()],
+                name: "a".into(),
+                client_urls: vec!["http://127.0.0.1:9".into()],
+                is_learner: false,
+            },
+            Member {
+                id: 0xd1dd0451a6b74da3,
+                peer_urls: vec!["http://127.0.0.1:2".into()],
+                is_learner: true,
+                ..Member::default()
+            },
+        ];
+        let mut got = members_from_image(&membership_image(&ms)).unwrap();
+        got.sort_by_key(|m| m.id);
+        assert_eq!(got, ms);
+        assert_eq!(members_from_image(b"not json"), None);
     }
 }

@@ -234,6 +234,13 @@ fn restart(cfg: &Config) -> Result<Booted, BootError> {
         Err(SnapError::NoSnapshot) => None,
         Err(e) => return Err(e.into()),
     };
+    // etcd's rule: a snapshot's v2 store holds the membership (the db's `members` bucket can
+    // be stale: etcd 3.4's restore leaves the old cluster's members there).
+    let snap_members = snapshot
+        .as_ref()
+        .and_then(|s| s.data.as_deref())
+        .and_then(membership::v2store::members_from_image)
+        .filter(|m| !m.is_empty());
     let kv = open_store(cfg)?;
     let marker = snapshot
         .as_ref()
@@ -297,7 +304,7 @@ fn restart(cfg: &Config) -> Result<Booted, BootError> {
         tracing::warn!("the WAL holds no entries: bootstrapping the member again");
         node.bootstrap(&bootstrap_peers(&members))?;
     }
-    let members = load_members(&kv);
+    let members = snap_members.unwrap_or_else(|| load_members(&kv));
     tracing::info!(
         local_member_id = %membership::id_hex(meta.node_id),
         cluster_id = %membership::id_hex(meta.cluster_id),

@@ -295,8 +295,8 @@ fn cluster_members(cfg: &RestoreConfig) -> Result<Vec<Member>> {
             cfg.name,
             me.peer_urls.join(","),
             cfg.initial_advertise_peer_urls,
-            advertised,
-            mine
+            advertised.join(","),
+            mine.join(",")
         )));
     }
     Ok(members)

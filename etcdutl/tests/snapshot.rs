@@ -377,6 +377,60 @@ fn restore_and_status_refuse_bad_input() {
     ]);
     assert!(dir.join("member/snap/db").exists());
 
+    // etcdctl's deprecated restore is the same code: the same files for the same flags.
+    let via_ctl = tmp.path().join("via-etcdctl");
+    let out = std::process::Command::new(bin("etcdctl"))
+        .args([
+            "snapshot",
+            "restore",
+            f,
+            "--data-dir",
+            via_ctl.to_str().unwrap(),
+            "--name",
+            "x",
+        ])
+        .args([
+            "--initial-cluster",
+            "x=http://127.0.0.1:1",
+            "--initial-advertise-peer-urls",
+            "http://127.0.0.1:1",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .starts_with("Deprecated: Use `etcdutl snapshot restore` instead.")
+    );
+    let via_utl = tmp.path().join("via-etcdutl");
+    etcdutl_ok(&[
+        "snapshot",
+        "restore",
+        f,
+        "--data-dir",
+        via_utl.to_str().unwrap(),
+        "--name",
+        "x",
+        "--initial-cluster",
+        "x=http://127.0.0.1:1",
+        "--initial-advertise-peer-urls",
+        "http://127.0.0.1:1",
+    ]);
+    for file in [
+        "member/wal/0000000000000000-0000000000000000.wal",
+        "member/snap/0000000000000001-0000000000000001.snap",
+    ] {
+        assert!(
+            std::fs::read(via_ctl.join(file)).unwrap()
+                == std::fs::read(via_utl.join(file)).unwrap(),
+            "{file}"
+        );
+    }
+
     // Not a snapshot at all; a missing file; a name not in the cluster.
     let junk = tmp.path().join("junk.db");
     std::fs::write(&junk, vec![7u8; 8192]).unwrap();

@@ -1,5 +1,5 @@
-// Values written and read the way Go programs do (time.Duration, strconv.ParseBool), shared by
-// the server's flags and etcdctl so both accept and print exactly what etcd's Go code does.
+// Values written and read the way Go programs do (time.Duration, strconv.ParseBool, os errors,
+// go-humanize sizes), shared by the server, etcdctl and etcdutl so all print what etcd does.
 
 use std::time::Duration;
 
@@ -94,6 +94,41 @@ pub fn parse_go_bool(s: &str) -> Result<bool, String> {
         _ => Err(format!(
             "strconv.ParseBool: parsing \"{s}\": invalid syntax"
         )),
+    }
+}
+
+/// An I/O error worded as Go's os package words it: "open <path>: no such file or directory".
+pub fn go_io_error(op: &str, path: &str, e: &std::io::Error) -> String {
+    let msg = match e.kind() {
+        std::io::ErrorKind::NotFound => "no such file or directory".to_string(),
+        std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
+        std::io::ErrorKind::AlreadyExists => "file exists".to_string(),
+        _ => {
+            let m = e.to_string();
+            let m = m.split(" (os error").next().unwrap_or(&m).to_string();
+            let mut c = m.chars();
+            match c.next() {
+                Some(f) => f.to_lowercase().chain(c).collect(),
+                None => m,
+            }
+        }
+    };
+    format!("{op} {path}: {msg}")
+}
+
+/// Human-readable byte size as Go's go-humanize `Bytes` (SI units: "20 kB", "1.2 MB").
+pub fn humanize_bytes(n: u64) -> String {
+    if n < 10 {
+        return format!("{n} B");
+    }
+    let sizes = ["B", "kB", "MB", "GB", "TB", "PB", "EB"];
+    let e = ((n as f64).ln() / 1000f64.ln()).floor() as usize;
+    let e = e.min(sizes.len() - 1);
+    let val = (n as f64 / 1000f64.powi(e as i32) * 10.0 + 0.5).floor() / 10.0;
+    if val < 10.0 {
+        format!("{val:.1} {}", sizes[e])
+    } else {
+        format!("{val:.0} {}", sizes[e])
     }
 }
 

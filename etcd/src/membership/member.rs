@@ -33,6 +33,12 @@ pub fn cluster_id(member_ids: &[u64]) -> u64 {
     sha1_u64(&b)
 }
 
+/// A member's key in the db's `members` and `members_removed` buckets: hex without padding,
+/// as etcd writes it.
+pub fn member_key(id: u64) -> String {
+    format!("{id:x}")
+}
+
 /// IDs print as 16 lowercase hex digits, as etcd's.
 pub fn id_hex(id: u64) -> String {
     format!("{id:016x}")

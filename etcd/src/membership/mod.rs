@@ -2,5 +2,6 @@
 // the backend and changed through raft.
 
 pub mod member;
+pub mod v2store;
 
-pub use member::{Member, cluster_id, id_hex, member_id};
+pub use member::{Member, cluster_id, id_hex, member_id, member_key};

@@ -335,18 +335,35 @@ fn track_lease_keys(lessor: &Lessor, events: &[Event]) {
     }
 }
 
+/// A member's record, under etcd's key or the zero-padded one older etcd-rs versions wrote.
+fn get_member(w: &mut crate::mvcc::WriteTxn<'_>, id: u64) -> Option<Member> {
+    [
+        crate::membership::member_key(id),
+        crate::membership::id_hex(id),
+    ]
+    .iter()
+    .find_map(|k| w.get_raw(buckets::MEMBERS, k.as_bytes()))
+    .and_then(|v| Member::from_json(&v).ok())
+}
+
+/// Writes a member's record under etcd's key (dropping an old zero-padded one).
+fn put_member(w: &mut crate::mvcc::WriteTxn<'_>, m: &Member) {
+    let padded = crate::membership::id_hex(m.id);
+    let key = crate::membership::member_key(m.id);
+    if padded != key {
+        w.delete_raw(buckets::MEMBERS, padded.as_bytes());
+    }
+    w.put_raw(buckets::MEMBERS, key.as_bytes(), m.to_json().as_bytes());
+}
+
 fn update_member(w: &mut crate::mvcc::WriteTxn<'_>, id: u64, name: &str, client_urls: &[String]) {
-    let key = crate::membership::id_hex(id);
-    let mut m = w
-        .get_raw(buckets::MEMBERS, key.as_bytes())
-        .and_then(|v| Member::from_json(&v).ok())
-        .unwrap_or(Member {
-            id,
-            ..Default::default()
-        });
+    let mut m = get_member(w, id).unwrap_or(Member {
+        id,
+        ..Default::default()
+    });
     m.name = name.to_string();
     m.client_urls = client_urls.to_vec();
-    w.put_raw(buckets::MEMBERS, key.as_bytes(), m.to_json().as_bytes());
+    put_member(w, &m);
 }
 
 /// etcd 3.4's v2 requests: `PUT /0/members/<id>/attributes` and `PUT /0/version`.
@@ -399,13 +416,15 @@ pub fn apply_member_change(store: &KvStore, e: &Entry, change: &MemberChange) {
     }
     let mut w = store.write();
     match change {
-        MemberChange::Put(m) => {
-            let key = crate::membership::id_hex(m.id);
-            w.put_raw(buckets::MEMBERS, key.as_bytes(), m.to_json().as_bytes());
-        }
+        MemberChange::Put(m) => put_member(&mut w, m),
         MemberChange::Removed(id) => {
-            let key = crate::membership::id_hex(*id);
-            w.delete_raw(buckets::MEMBERS, key.as_bytes());
+            for k in [
+                crate::membership::member_key(*id),
+                crate::membership::id_hex(*id),
+            ] {
+                w.delete_raw(buckets::MEMBERS, k.as_bytes());
+            }
+            let key = crate::membership::member_key(*id);
             w.put_raw(buckets::MEMBERS_REMOVED, key.as_bytes(), b"removed");
         }
         MemberChange::Nothing => {}

@@ -379,6 +379,13 @@ fn restart(cfg: &Config) -> Result<Booted, BootError> {
         Err(SnapError::NoSnapshot) => None,
         Err(e) => return Err(e.into()),
     };
+    // etcd's rule: a snapshot's v2 store holds the membership (the db's `members` bucket can
+    // be stale: etcd 3.4's restore leaves the old cluster's members there).
+    let snap_members = snapshot
+        .as_ref()
+        .and_then(|s| s.data.as_deref())
+        .and_then(membership::v2store::members_from_image)
+        .filter(|m| !m.is_empty());
     let mut kv = open_store(cfg)?;
     if let Some(md) = snapshot.as_ref().and_then(|s| s.metadata.as_ref())
         && md.index > kv.consistent_index()
@@ -451,7 +458,18 @@ fn restart(cfg: &Config) -> Result<Booted, BootError> {
         tracing::warn!("the WAL holds no entries: bootstrapping the member again");
         node.bootstrap(&bootstrap_peers(&members))?;
     }
-    let members = load_members(&kv);
+    // The snapshot's membership counts when the db holds nothing newer than the snapshot
+    // (a dir restored by etcd 3.4, whose db still lists the old cluster); the db's
+    // `members` bucket is then made to agree, since conf changes are checked against it.
+    let members = match snap_members {
+        Some(ms) if snapshot_index >= kv.consistent_index() => {
+            if ms != load_members(&kv) {
+                replace_members_bucket(&kv, &ms);
+            }
+            ms
+        }
+        _ => load_members(&kv),
+    };
     let removed = load_removed(&kv);
     if removed.contains(&meta.node_id) {
         return Err(BootError::Config(format!(
@@ -490,6 +508,28 @@ pub fn load_members(kv: &KvStore) -> Vec<Member> {
         .into_iter()
         .filter_map(|(_, v)| Member::from_json(&v).ok())
         .collect()
+}
+
+/// Rewrites the `members` bucket to hold exactly `members`.
+fn replace_members_bucket(kv: &KvStore, members: &[Member]) {
+    let backend = kv.backend();
+    let old = backend
+        .range(buckets::MEMBERS, b"\0", Some(&[0xff]), 0)
+        .unwrap_or_default();
+    let mut g = backend.begin();
+    for (k, _) in old {
+        g.delete(buckets::MEMBERS, &k);
+    }
+    for m in members {
+        g.put(
+            buckets::MEMBERS,
+            membership::member_key(m.id).as_bytes(),
+            m.to_json().as_bytes(),
+        );
+    }
+    if let Err(e) = g.finish() {
+        tracing::warn!(error = %e, "cannot rewrite the members bucket from the snapshot");
+    }
 }
 
 /// The IDs of removed members (`members_removed` bucket): they may never come back.

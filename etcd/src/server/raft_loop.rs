@@ -287,10 +287,15 @@ impl RaftLoop {
             .backend()
             .force_commit()
             .map_err(|e| format!("backend commit before a snapshot failed: {e}"))?;
+        // The data carries the v2 store membership etcd 3.4 reads at boot, so a real etcd
+        // can take over this data dir.
+        let v2_image = crate::membership::v2store::membership_image(
+            &super::bootstrap::load_members(&self.shared.kv),
+        );
         let snap: Snapshot = self
             .node
             .storage_mut()
-            .create_snapshot(index, Some(self.conf_state.clone()), Vec::new())
+            .create_snapshot(index, Some(self.conf_state.clone()), v2_image)
             .map_err(|e| format!("creating a snapshot at {index} failed: {e}"))?
             .clone();
         let term = snap.metadata.as_ref().map(|m| m.term).unwrap_or(0);
@@ -525,9 +530,12 @@ impl RaftLoop {
                 return;
             }
         };
-        let data = m.snapshot.take().map(|s| s.data).unwrap_or_default();
+        // The v2 store membership as of the image, not of raft's older snapshot.
+        let data = crate::membership::v2store::membership_image(&super::bootstrap::load_members(
+            &self.shared.kv,
+        ));
         m.snapshot = Some(Snapshot {
-            data,
+            data: Some(data),
             metadata: Some(SnapshotMetadata {
                 conf_state: Some(self.conf_state.clone()),
                 index,

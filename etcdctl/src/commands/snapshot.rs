@@ -1,6 +1,6 @@
 //! `etcdctl snapshot save`: streams a consistent copy of one member's backend into a file,
 //! checking the sha256 trailer etcd appends, with a progress bar on a terminal.
-//! (`snapshot status` and `restore` come with etcdutl's code and are not offered yet.)
+//! `snapshot status` and `restore` run etcdutl's library code (deprecated here, as in etcd 3.5).
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -12,12 +12,106 @@ use tokio_stream::StreamExt;
 
 use super::Ctx;
 use crate::error::{CtlError, Result, status_message};
+use crate::global::go_bool;
 
 /// Manages etcd node snapshots
 #[derive(Subcommand, Debug)]
 pub enum SnapshotCmd {
     /// Stores an etcd node backend snapshot to a given file
     Save(SaveArgs),
+    /// Gets backend snapshot status of a given file
+    Status(StatusArgs),
+    /// Restores an etcd member snapshot to an etcd directory
+    Restore(RestoreArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    pub args: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct RestoreArgs {
+    pub args: Vec<String>,
+    /// Path to the data directory
+    #[arg(long = "data-dir", default_value = "")]
+    pub data_dir: String,
+    /// Path to the WAL directory (use --data-dir if none given)
+    #[arg(long = "wal-dir", default_value = "")]
+    pub wal_dir: String,
+    /// Initial cluster configuration for restore bootstrap
+    #[arg(
+        long = "initial-cluster",
+        default_value = "default=http://localhost:2380"
+    )]
+    pub initial_cluster: String,
+    /// Initial cluster token for the etcd cluster during restore bootstrap
+    #[arg(long = "initial-cluster-token", default_value = "etcd-cluster")]
+    pub initial_cluster_token: String,
+    /// List of this member's peer URLs to advertise to the rest of the cluster
+    #[arg(
+        long = "initial-advertise-peer-urls",
+        default_value = "http://localhost:2380"
+    )]
+    pub initial_advertise_peer_urls: String,
+    /// Human-readable name for this member
+    #[arg(long = "name", default_value = "default")]
+    pub name: String,
+    /// Ignore snapshot integrity hash value (required if copied from data directory)
+    #[arg(long = "skip-hash-check", default_value = "false", num_args = 0..=1, default_missing_value = "true", require_equals = true, value_parser = go_bool)]
+    pub skip_hash_check: bool,
+}
+
+/// etcdutl's errors keep their exit codes (bad arguments 128, failures 1).
+fn util_err(e: etcdutl::Error) -> CtlError {
+    match e {
+        etcdutl::Error::BadArgs(m) => CtlError::BadArgs(m),
+        etcdutl::Error::Failed(m) => CtlError::Other(m),
+    }
+}
+
+/// `snapshot status`: etcdutl's status in etcdctl's output format.
+fn status(ctx: &Ctx, a: &StatusArgs) -> Result<()> {
+    eprint!("Deprecated: Use `etcdutl snapshot status` instead.\n\n");
+    if a.args.len() != 1 {
+        return Err(CtlError::bad_args(
+            "snapshot status requires exactly one argument",
+        ));
+    }
+    let fmt = match ctx.g.write_out.as_str() {
+        "protobuf" => {
+            return Err(CtlError::BadFeature(
+                "protobuf not supported as output format".into(),
+            ));
+        }
+        f => etcdutl::output::Format::parse(f).map_err(|e| CtlError::BadFeature(e.to_string()))?,
+    };
+    let st = etcdutl::snapshot::status(std::path::Path::new(&a.args[0])).map_err(util_err)?;
+    print!("{}", etcdutl::snapshot::format_status(&st, fmt));
+    Ok(())
+}
+
+/// `snapshot restore`: etcdutl's restore with etcd 3.4's flags.
+fn restore(a: &RestoreArgs) -> Result<()> {
+    eprint!("Deprecated: Use `etcdutl snapshot restore` instead.\n\n");
+    if a.args.len() != 1 {
+        return Err(CtlError::bad_args(
+            "snapshot restore requires exactly one argument",
+        ));
+    }
+    let opt = |s: &str| (!s.is_empty()).then(|| std::path::PathBuf::from(s));
+    let cfg = etcdutl::snapshot::RestoreConfig {
+        snapshot: a.args[0].clone().into(),
+        name: a.name.clone(),
+        data_dir: opt(&a.data_dir),
+        wal_dir: opt(&a.wal_dir),
+        initial_cluster: a.initial_cluster.clone(),
+        initial_cluster_token: a.initial_cluster_token.clone(),
+        initial_advertise_peer_urls: a.initial_advertise_peer_urls.clone(),
+        skip_hash_check: a.skip_hash_check,
+    };
+    etcdutl::snapshot::restore(&cfg).map_err(util_err)?;
+    Ok(())
 }
 
 #[derive(Args, Debug)]
@@ -29,7 +123,11 @@ pub struct SaveArgs {
 const TRAILER: usize = 32;
 
 pub async fn run(ctx: &Ctx, cmd: &SnapshotCmd) -> Result<()> {
-    let SnapshotCmd::Save(a) = cmd;
+    let a = match cmd {
+        SnapshotCmd::Save(a) => a,
+        SnapshotCmd::Status(a) => return status(ctx, a),
+        SnapshotCmd::Restore(a) => return restore(a),
+    };
     if a.args.len() != 1 {
         return Err(CtlError::bad_args("snapshot save expects one argument"));
     }

@@ -232,7 +232,7 @@ fn read_restored(dir: &Path) -> RestoredDir {
 /// Three data dirs restored from one snapshot with the same --initial-cluster describe the
 /// same 3-member cluster (the IDs the real etcdctl's restore derives), each as its own member.
 #[test]
-fn three_member_restore_matches_the_real_etcdctl() {
+fn three_member_restore_matches_the_real_etcdctl_and_starts_a_cluster() {
     let tmp = tempfile::tempdir().unwrap();
     let mut src = RealEtcd::start_bin(&bin("etcd"), &tmp.path().join("src"), "src", &[]);
     write_history(&src);
@@ -297,6 +297,34 @@ fn three_member_restore_matches_the_real_etcdctl() {
     let mut sorted = ids.clone();
     sorted.sort();
     assert_eq!(ours[0].conf_change_ids, sorted);
+
+    // The three dirs our restore wrote start as a cluster of our servers (started together:
+    // none is healthy before a quorum is up) serving the snapshot's keys on every member.
+    let starting: Vec<_> = (0..3)
+        .map(|i| {
+            let dir = tmp.path().join(format!("ours-m{i}"));
+            let peer = peers[i].clone();
+            let etcd = bin("etcd");
+            std::thread::spawn(move || serve(&etcd, &dir, &format!("m{i}"), &peer))
+        })
+        .collect();
+    let members: Vec<RealEtcd> = starting
+        .into_iter()
+        .map(|h| h.join().expect("member started"))
+        .collect();
+    let (rev, keys) = all_keys(&members[0]);
+    assert!(keys.as_array().is_some_and(|a| !a.is_empty()), "{keys}");
+    for m in &members[1..] {
+        assert_eq!(all_keys(m), (rev, keys.clone()));
+    }
+    assert_eq!(member_list(&members[2]).as_array().map(Vec::len), Some(3));
+    members[1].etcdctl_ok(&["put", "after-restore", "x"]);
+    assert_eq!(
+        members[2]
+            .etcdctl_ok(&["get", "after-restore", "--print-value-only"])
+            .trim(),
+        "x"
+    );
 }
 
 /// Bad input: each a clear error with a non-zero exit, and nothing created or overwritten.

@@ -71,17 +71,19 @@ fn run(cfg: Config) -> Result<(), String> {
         let metrics_listeners = etcd::api::serve::bind(&cfg.listen_metrics_urls).await?;
         etcd::metrics::install();
         let client_tls = client_tls(&cfg)?;
+        let peer_tls = etcd::transport::peer_tls::server_config(&cfg)?;
         let server = EtcdServer::start(cfg).await.map_err(|e| e.to_string())?;
         let (stop_tx, _) = tokio::sync::broadcast::channel::<()>(1);
         let mut peer_tasks = Vec::new();
         for l in peer_listeners {
             let mut stop = stop_tx.subscribe();
             let s = server.clone();
+            let tls = peer_tls.clone();
             peer_tasks.push(tokio::spawn(async move {
                 let shutdown = async move {
                     let _ = stop.recv().await;
                 };
-                if let Err(e) = etcd::transport::service::serve(s, l, shutdown).await {
+                if let Err(e) = etcd::transport::service::serve(s, l, tls, shutdown).await {
                     tracing::error!(error = %e, "peer listener failed");
                 }
             }));

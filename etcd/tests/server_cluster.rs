@@ -596,3 +596,53 @@ fn leases_are_kept_alive_through_followers_and_survive_a_leader_change() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+#[test]
+fn members_talk_over_tls_with_peer_auto_tls() {
+    let dir = tmp();
+    let mut nodes: Vec<Node> = (1..=3)
+        .map(|i| Node::new_for_join(dir.path(), &format!("m{i}")))
+        .collect();
+    for m in &mut nodes {
+        m.listen_peer = m.listen_peer.replace("http://", "https://");
+        m.advertise_peer = m.advertise_peer.replace("http://", "https://");
+    }
+    let ic = nodes
+        .iter()
+        .map(|m| format!("{}={}", m.name, m.advertise_peer))
+        .collect::<Vec<_>>()
+        .join(",");
+    for m in &mut nodes {
+        m.initial_cluster = ic.clone();
+        m.extra = FAST.iter().map(|s| s.to_string()).collect();
+        m.extra.push("--peer-auto-tls".into());
+        m.spawn(OURS);
+    }
+    for m in &mut nodes {
+        m.wait_healthy(Duration::from_secs(20));
+    }
+    nodes[0].etcdctl_ok(&["put", "over", "tls"]);
+    for m in &nodes {
+        assert_eq!(
+            m.etcdctl_ok(&["get", "over", "--print-value-only"]).trim(),
+            "tls"
+        );
+        assert!(m.data_dir.join("fixtures/peer/cert.pem").exists());
+    }
+    let list = nodes[1].etcdctl_ok(&["member", "list"]);
+    assert_eq!(list.matches("https://127.0.0.1:").count(), 3, "{list}");
+    // A plain-text peer is not let in: the TLS listener refuses its handshake.
+    let plain = std::net::TcpStream::connect(nodes[0].listen_peer.trim_start_matches("https://"))
+        .expect("connect");
+    use std::io::{Read, Write};
+    let mut plain = plain;
+    let _ = plain.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+    let _ = plain.set_read_timeout(Some(Duration::from_secs(6)));
+    let mut buf = [0u8; 64];
+    let n = plain.read(&mut buf).unwrap_or(0);
+    assert!(
+        n == 0 || buf[0] == 0x15,
+        "a plain HTTP/2 peer got an answer: {:?}",
+        &buf[..n]
+    );
+}

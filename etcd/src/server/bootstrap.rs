@@ -173,7 +173,7 @@ pub async fn fetch_cluster(cfg: &Config) -> Result<Joined, BootError> {
     let mut last = String::from("no peer URLs in --initial-cluster besides this member's");
     while !urls.is_empty() {
         for u in &urls {
-            match ask_members(u).await {
+            match ask_members(u, cfg).await {
                 Ok(j) => return Ok(j),
                 Err(e) => last = format!("{u}: {e}"),
             }
@@ -188,11 +188,15 @@ pub async fn fetch_cluster(cfg: &Config) -> Result<Joined, BootError> {
     )))
 }
 
-async fn ask_members(url: &str) -> Result<Joined, String> {
+async fn ask_members(url: &str, cfg: &Config) -> Result<Joined, String> {
     use proto::peerpb::{MembersRequest, peer_client::PeerClient};
-    let ch =
-        crate::transport::sender::connect(&[url.to_string()], std::time::Duration::from_secs(1))
-            .await?;
+    let tls = crate::transport::peer_tls::client_config(cfg)?;
+    let ch = crate::transport::sender::connect(
+        &[url.to_string()],
+        std::time::Duration::from_secs(1),
+        tls.as_ref(),
+    )
+    .await?;
     let r = PeerClient::new(ch)
         .members(MembersRequest {})
         .await

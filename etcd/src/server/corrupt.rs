@@ -39,7 +39,12 @@ async fn peer_hashes(server: &EtcdServer, rev: i64) -> Vec<(u64, Result<HashKvRe
             continue;
         }
         let r = async {
-            let ch = sender::connect(&m.peer_urls, std::time::Duration::from_secs(1)).await?;
+            let ch = sender::connect(
+                &m.peer_urls,
+                std::time::Duration::from_secs(1),
+                server.transport().local().tls.as_ref(),
+            )
+            .await?;
             let req = sender::request(server.transport().local(), HashKvRequest { revision: rev });
             PeerClient::new(ch)
                 .hash_kv(req)

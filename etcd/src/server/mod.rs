@@ -166,6 +166,8 @@ impl EtcdServer {
                 member_id: shared.member_id,
                 cluster_id: shared.cluster_id,
                 dial_timeout: std::time::Duration::from_secs(1),
+                tls: crate::transport::peer_tls::client_config(&shared.cfg)
+                    .map_err(bootstrap::BootError::Config)?,
             },
             tokio::runtime::Handle::current(),
             Arc::new(move |r| {
@@ -298,9 +300,13 @@ impl EtcdServer {
             .find(|m| m.id == leader)
             .map(|m| m.peer_urls)
             .ok_or(errors::NO_LEADER)?;
-        let ch = crate::transport::sender::connect(&urls, std::time::Duration::from_secs(1))
-            .await
-            .map_err(|_| errors::TIMEOUT_DUE_TO_CONNECTION_LOST)?;
+        let ch = crate::transport::sender::connect(
+            &urls,
+            std::time::Duration::from_secs(1),
+            self.transport.local().tls.as_ref(),
+        )
+        .await
+        .map_err(|_| errors::TIMEOUT_DUE_TO_CONNECTION_LOST)?;
         *self
             .leader_channel
             .lock()

@@ -4,6 +4,7 @@
 // Each peer has a bounded queue drained by one task that keeps a long-lived stream open to it;
 // a full queue drops the message (raft retries) and tells raft the peer is unreachable.
 
+pub mod peer_tls;
 pub mod sender;
 pub mod service;
 
@@ -56,6 +57,8 @@ pub struct Local {
     pub member_id: u64,
     pub cluster_id: u64,
     pub dial_timeout: Duration,
+    /// TLS for dialing peers (https peer URLs).
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 pub struct Transport {

@@ -23,11 +23,20 @@ const CHUNK: usize = 1 << 20;
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
-/// Opens a channel to the first of `urls` that answers.
-pub async fn connect(urls: &[String], timeout: Duration) -> Result<Channel, String> {
+/// Opens a channel to the first of `urls` that answers (over TLS with `tls`).
+pub async fn connect(
+    urls: &[String],
+    timeout: Duration,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+) -> Result<Channel, String> {
     let mut last = String::from("no peer URLs");
     for u in urls {
-        let ep = match Endpoint::from_shared(u.clone()) {
+        // With TLS the connector does the handshake; tonic must see a plain URL.
+        let target = match (tls, u.strip_prefix("https://")) {
+            (Some(_), Some(rest)) => format!("http://{rest}"),
+            _ => u.clone(),
+        };
+        let ep = match Endpoint::from_shared(target) {
             Ok(ep) => ep,
             Err(e) => {
                 last = format!("bad peer URL {u}: {e}");
@@ -40,7 +49,17 @@ pub async fn connect(urls: &[String], timeout: Duration) -> Result<Channel, Stri
             .http2_keep_alive_interval(Duration::from_secs(1))
             .keep_alive_timeout(Duration::from_secs(3))
             .keep_alive_while_idle(true);
-        match ep.connect().await {
+        let r: Result<Channel, String> = match tls {
+            Some(tls) => {
+                let conn = super::peer_tls::Connector { tls: tls.clone() };
+                match tokio::time::timeout(timeout, ep.connect_with_connector(conn)).await {
+                    Ok(r) => r.map_err(|e| e.to_string()),
+                    Err(_) => Err("timed out connecting".into()),
+                }
+            }
+            None => ep.connect().await.map_err(|e| e.to_string()),
+        };
+        match r {
             Ok(ch) => return Ok(ch),
             Err(e) => last = format!("{u}: {e}"),
         }
@@ -78,7 +97,7 @@ pub async fn run(
     let mut logged_down = false;
     loop {
         let targets = urls.read().unwrap_or_else(|e| e.into_inner()).clone();
-        let ch = match connect(&targets, local.dial_timeout).await {
+        let ch = match connect(&targets, local.dial_timeout, local.tls.as_ref()).await {
             Ok(ch) => ch,
             Err(e) => {
                 if !logged_down {
@@ -207,7 +226,7 @@ pub async fn send_snapshot(
     tracing::info!(remote_peer_id = %id_hex(to), snapshot_index = index, "sending a database snapshot");
     let started = std::time::Instant::now();
     let result: Result<u64, String> = async {
-        let ch = connect(&urls, local.dial_timeout).await?;
+        let ch = connect(&urls, local.dial_timeout, local.tls.as_ref()).await?;
         let mut client = PeerClient::new(ch)
             .max_decoding_message_size(usize::MAX)
             .max_encoding_message_size(usize::MAX);

@@ -221,9 +221,9 @@ impl PeerService {
 pub async fn bind(urls: &[crate::config::Url]) -> Result<Vec<TcpListener>, String> {
     let mut out = Vec::new();
     for u in urls {
-        if u.scheme != "http" {
+        if u.scheme != "http" && u.scheme != "https" {
             return Err(format!(
-                "listen peer URL {u}: only http:// peer URLs are supported so far"
+                "listen peer URL {u}: the scheme must be http or https"
             ));
         }
         let l = TcpListener::bind(&u.host)
@@ -234,21 +234,31 @@ pub async fn bind(urls: &[crate::config::Url]) -> Result<Vec<TcpListener>, Strin
     Ok(out)
 }
 
-/// Serves the peer service on `listener` until `shutdown` resolves.
+/// Serves the peer service on `listener` (over TLS with `tls`) until `shutdown` resolves.
 pub async fn serve(
     server: Arc<EtcdServer>,
     listener: TcpListener,
+    tls: Option<crate::tls::TlsServer>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
     let svc = PeerServer::new(PeerService { server })
         .max_decoding_message_size(usize::MAX)
         .max_encoding_message_size(usize::MAX);
-    let incoming = TcpListenerStream::new(listener);
-    tonic::transport::Server::builder()
+    let router = tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .http2_keepalive_interval(Some(std::time::Duration::from_secs(1)))
         .http2_keepalive_timeout(Some(std::time::Duration::from_secs(3)))
-        .add_service(svc)
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await
+        .add_service(svc);
+    match tls {
+        Some(tls) => {
+            router
+                .serve_with_incoming_shutdown(super::peer_tls::incoming(listener, tls), shutdown)
+                .await
+        }
+        None => {
+            router
+                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+                .await
+        }
+    }
 }

@@ -1,0 +1,174 @@
+// TLS on the peer port (--peer-cert-file, --peer-auto-tls, ...): the dialing side as a
+// connector for tonic channels, and the listening side as a stream of accepted TLS streams.
+
+use std::sync::Arc;
+
+use hyper_util::rt::TokioIo;
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsConnector;
+
+use crate::config::Config;
+use crate::tls::{self, Side, TlsInfo, TlsServer};
+
+/// The peer dialer's TLS when the peer URLs are https: our peer certificate (the
+/// self-signed one with --peer-auto-tls) and the peer CA; with --peer-auto-tls, as etcd,
+/// peers' certificates are not verified.
+pub fn client_config(cfg: &Config) -> Result<Option<Arc<rustls::ClientConfig>>, String> {
+    let https = cfg
+        .listen_peer_urls
+        .iter()
+        .chain(&cfg.initial_advertise_peer_urls)
+        .any(tls::is_tls_scheme)
+        || cfg
+            .initial_cluster
+            .iter()
+            .any(|(_, u)| tls::is_tls_scheme(u));
+    if !https {
+        return Ok(None);
+    }
+    let mut info = TlsInfo::peer(cfg);
+    let auto = info.is_empty() && info.auto_tls;
+    if auto {
+        // The listener made (or will make) this pair; the dialer shows the same one.
+        let (cert, key) = tls::selfsigned::self_cert(
+            &cfg.data_dir.join("fixtures").join("peer"),
+            &tls::url_hosts(&cfg.listen_peer_urls),
+        )?;
+        info.cert_file = cert.display().to_string();
+        info.key_file = key.display().to_string();
+    }
+    let mut c = (*tls::client_config(&info, auto)?).clone();
+    c.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Some(Arc::new(c)))
+}
+
+/// The peer listener's TLS, when its URL is https.
+pub fn server_config(cfg: &Config) -> Result<Option<TlsServer>, String> {
+    if !cfg.listen_peer_urls.iter().any(tls::is_tls_scheme) {
+        return Ok(None);
+    }
+    TlsServer::new(
+        &TlsInfo::peer(cfg),
+        Side::Peer,
+        &cfg.data_dir,
+        &tls::url_hosts(&cfg.listen_peer_urls),
+    )
+    .map(Some)
+}
+
+/// Dials `uri`'s host over TCP, then TLS (a tonic connector: the endpoint's own URL is
+/// rewritten to http:// so tonic does not try TLS itself).
+#[derive(Clone)]
+pub struct Connector {
+    pub tls: Arc<rustls::ClientConfig>,
+}
+
+impl tonic::codegen::Service<http::Uri> for Connector {
+    type Response = TokioIo<tokio_rustls::client::TlsStream<TcpStream>>;
+    type Error = std::io::Error;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        let tls = self.tls.clone();
+        Box::pin(async move {
+            let host = uri.host().unwrap_or("127.0.0.1").to_string();
+            let port = uri.port_u16().unwrap_or(2380);
+            let tcp = TcpStream::connect((host.as_str(), port)).await?;
+            let _ = tcp.set_nodelay(true);
+            let name =
+                rustls_pki_types::ServerName::try_from(host.trim_matches(['[', ']']).to_string())
+                    .map_err(|e| std::io::Error::other(format!("bad peer host {host}: {e}")))?;
+            let stream = TlsConnector::from(tls).connect(name, tcp).await?;
+            Ok(TokioIo::new(stream))
+        })
+    }
+}
+
+/// A TLS stream as tonic's server wants its connections.
+pub struct PeerConn(pub tokio_rustls::server::TlsStream<TcpStream>);
+
+impl tonic::transport::server::Connected for PeerConn {
+    type ConnectInfo = ();
+    fn connect_info(&self) -> Self::ConnectInfo {}
+}
+
+impl tokio::io::AsyncRead for PeerConn {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for PeerConn {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
+/// Accepts connections on `listener` and completes their TLS handshakes; a failed handshake
+/// is logged and dropped, never stops the listener.
+pub fn incoming(
+    listener: TcpListener,
+    tls: TlsServer,
+) -> tokio_stream::wrappers::ReceiverStream<std::io::Result<PeerConn>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, remote)) = listener.accept().await else {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            };
+            let _ = tcp.set_nodelay(true);
+            if tx.is_closed() {
+                return;
+            }
+            let (tls, tx) = (tls.clone(), tx.clone());
+            tokio::spawn(async move {
+                let hs =
+                    tokio::time::timeout(std::time::Duration::from_secs(5), tls.accept(tcp)).await;
+                match hs {
+                    Ok(Ok((s, _))) => {
+                        let _ = tx.send(Ok(PeerConn(s))).await;
+                    }
+                    Ok(Err(e)) => {
+                        tracing::warn!(remote = %remote, error = %e, "rejected peer connection")
+                    }
+                    Err(_) => {
+                        tracing::warn!(remote = %remote, "rejected peer connection: TLS handshake timed out")
+                    }
+                }
+            });
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
+}

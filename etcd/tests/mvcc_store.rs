@@ -167,3 +167,56 @@ fn reads_a_real_etcd_db_like_etcd() {
     // History is there too: "b" at the revision before its delete.
     assert_eq!(s.range(one(b"b"), 3, 0).unwrap().kvs[0].value, b"2");
 }
+
+#[test]
+fn recent_events_in_memory_equal_the_backends() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir.path().join("db"));
+    let mut index = 1;
+    for i in 0..40u32 {
+        let mut w = s.write();
+        w.put(
+            format!("k{}", i % 7).as_bytes(),
+            format!("v{i}").as_bytes(),
+            0,
+        )
+        .unwrap();
+        if i % 5 == 0 {
+            w.put(b"txn-a", b"x", 0).unwrap();
+            w.put(b"txn-b", b"y", 0).unwrap();
+        }
+        if i % 9 == 0 {
+            w.delete_range(KeyRange::new(b"k", b"l")).unwrap();
+        }
+        w.end(index, 1).unwrap();
+        index += 1;
+    }
+    let cur = s.current_rev();
+    for from in 2..=cur {
+        for to in from..=cur {
+            let mut mem = s
+                .events_cached(from, to, 0)
+                .expect("recent revisions are in memory");
+            for e in &mut mem {
+                e.prev_kv = None;
+            }
+            assert_eq!(mem, s.events(from, to, 0).unwrap(), "events {from}..={to}");
+        }
+    }
+    // A limit still returns whole revisions.
+    let limited = s.events_cached(2, cur, 3).unwrap();
+    let last = limited
+        .last()
+        .and_then(|e| e.kv.as_ref())
+        .map(|k| k.mod_revision)
+        .unwrap();
+    assert_eq!(
+        limited.len(),
+        s.events(2, last, 0).unwrap().len(),
+        "the last revision is complete"
+    );
+    // Compacted history is never served from memory.
+    s.compact(cur - 2).unwrap();
+    assert!(s.events_cached(cur - 3, cur, 0).is_none());
+    assert!(s.events_cached(cur - 2, cur, 0).is_some());
+}

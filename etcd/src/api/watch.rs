@@ -204,12 +204,19 @@ impl StreamState {
                     break;
                 }
                 let from = w.next_rev;
-                let read = {
-                    let store = store.clone();
-                    tokio::task::spawn_blocking(move || {
-                        store.events(from, current, EVENTS_PER_ROUND)
-                    })
-                    .await
+                // Recent revisions come from memory, with their prev_kv; older ones from the
+                // backend.
+                let cached = store.events_cached(from, current, EVENTS_PER_ROUND);
+                let from_memory = cached.is_some();
+                let read = match cached {
+                    Some(ev) => Ok(Ok(ev)),
+                    None => {
+                        let store = store.clone();
+                        tokio::task::spawn_blocking(move || {
+                            store.events(from, current, EVENTS_PER_ROUND)
+                        })
+                        .await
+                    }
                 };
                 let events = match read {
                     Ok(Ok(ev)) => ev,
@@ -237,7 +244,17 @@ impl StreamState {
                 // A full round may end inside a revision: resume from the last complete one;
                 // when the round holds one revision only, read all of it (a txn's events
                 // travel together, however many).
-                let (events, through) = if events.len() >= EVENTS_PER_ROUND {
+                let (events, through) = if from_memory {
+                    // Memory holds whole revisions: the round ends where the events do.
+                    let last = events
+                        .last()
+                        .and_then(|e| e.kv.as_ref())
+                        .map(|kv| kv.mod_revision);
+                    match last {
+                        Some(last) if events.len() >= EVENTS_PER_ROUND => (events, last),
+                        _ => (events, current),
+                    }
+                } else if events.len() >= EVENTS_PER_ROUND {
                     let last = events
                         .last()
                         .and_then(|e| e.kv.as_ref())
@@ -273,7 +290,11 @@ impl StreamState {
                 if mine.is_empty() {
                     continue;
                 }
-                if prev {
+                if !prev {
+                    for e in &mut mine {
+                        e.prev_kv = None;
+                    }
+                } else if !from_memory {
                     for e in &mut mine {
                         let Some(kv) = e.kv.as_ref() else { continue };
                         let key = kv.key.clone();

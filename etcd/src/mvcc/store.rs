@@ -57,6 +57,52 @@ pub struct KvStore {
     state: RwLock<State>,
     /// The current revision, for watchers to wait on (they read the events themselves).
     rev_tx: tokio::sync::watch::Sender<i64>,
+    /// The events of the latest revisions, so watchers that keep up read memory, not the
+    /// backend.
+    recent: Mutex<Recent>,
+}
+
+/// Revisions kept in `Recent` at most, and their approximate bytes.
+const RECENT_REVS: usize = 4096;
+const RECENT_BYTES: usize = 16 << 20;
+
+/// The events of consecutive latest revisions (each with its prev_kv).
+#[derive(Default)]
+struct Recent {
+    revs: std::collections::VecDeque<(i64, Arc<Vec<Event>>, usize)>,
+    bytes: usize,
+}
+
+fn approx_size(events: &[Event]) -> usize {
+    events
+        .iter()
+        .map(|e| {
+            let kv = e.kv.as_ref().map_or(0, |k| k.key.len() + k.value.len());
+            let prev = e
+                .prev_kv
+                .as_ref()
+                .map_or(0, |k| k.key.len() + k.value.len());
+            kv + prev + 64
+        })
+        .sum()
+}
+
+impl Recent {
+    fn push(&mut self, rev: i64, events: Arc<Vec<Event>>) {
+        // Revisions must stay consecutive for a read to trust what it finds.
+        if self.revs.back().is_some_and(|(r, _, _)| *r + 1 != rev) {
+            self.revs.clear();
+            self.bytes = 0;
+        }
+        let size = approx_size(&events);
+        self.revs.push_back((rev, events, size));
+        self.bytes += size;
+        while self.revs.len() > RECENT_REVS || (self.bytes > RECENT_BYTES && self.revs.len() > 1) {
+            if let Some((_, _, n)) = self.revs.pop_front() {
+                self.bytes -= n;
+            }
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -163,6 +209,7 @@ impl KvStore {
             write: Mutex::new(()),
             rev_tx: tokio::sync::watch::Sender::new(state.current_rev),
             state: RwLock::new(state),
+            recent: Mutex::new(Recent::default()),
         };
         store.finish_compaction(scheduled, &lock(&store.write))?;
         Ok(store)
@@ -176,6 +223,7 @@ impl KvStore {
         self.backend.replace_db(db);
         let (state, scheduled) = load_state(&self.backend)?;
         let rev = state.current_rev;
+        *lock(&self.recent) = Recent::default();
         *self.state_mut() = state;
         self.finish_compaction(scheduled, &guard)?;
         self.rev_tx.send_replace(rev);
@@ -258,6 +306,33 @@ impl KvStore {
     /// A receiver that changes whenever the current revision does.
     pub fn subscribe_rev(&self) -> tokio::sync::watch::Receiver<i64> {
         self.rev_tx.subscribe()
+    }
+
+    /// What `events(from, to, limit)` returns, with each event's prev_kv, when every revision
+    /// asked for is still in memory (whole revisions: the last may pass `limit`); None when
+    /// the backend must be read.
+    pub fn events_cached(&self, from: i64, to: i64, limit: usize) -> Option<Vec<Event>> {
+        if from > to {
+            return Some(Vec::new());
+        }
+        if from < self.compact_rev() {
+            return None;
+        }
+        let recent = lock(&self.recent);
+        let (first, _, _) = recent.revs.front()?;
+        let (last, _, _) = recent.revs.back()?;
+        if from < *first || to > *last {
+            return None;
+        }
+        let mut out = Vec::new();
+        let skip = (from - first) as usize;
+        for (rev, events, _) in recent.revs.iter().skip(skip) {
+            if *rev > to || (limit > 0 && out.len() >= limit) {
+                break;
+            }
+            out.extend(events.iter().cloned());
+        }
+        Some(out)
     }
 
     /// The changes with main revision in `[from, to]`, in revision order, at most `limit`
@@ -565,20 +640,24 @@ impl<'a> WriteTxn<'a> {
     /// Ends the transaction as the apply of raft entry `index` in `term`: the consistent index
     /// is stored in the same atomic group, and the changes become the current revision.
     /// Returns the events for watchers and the store's revision afterwards.
-    pub fn end(mut self, index: u64, term: u64) -> Result<(Vec<Event>, i64)> {
+    pub fn end(mut self, index: u64, term: u64) -> Result<(Arc<Vec<Event>>, i64)> {
         let g = self.group();
         g.put(buckets::META, CONSISTENT_INDEX_KEY, &index.to_be_bytes());
         g.put(buckets::META, TERM_KEY, &term.to_be_bytes());
-        let rev = self.publish(Some((index, term)));
-        let events = std::mem::take(&mut self.events);
+        let (rev, events) = self.publish(Some((index, term)));
         if let Some(g) = self.group.take() {
             g.finish()?;
         }
         Ok((events, rev))
     }
 
-    /// Makes the written changes the current revision.
-    fn publish(&mut self, applied: Option<(u64, u64)>) -> i64 {
+    /// Makes the written changes the current revision (their events first go to the
+    /// store's recent events, so a watcher woken by the new revision finds them there).
+    fn publish(&mut self, applied: Option<(u64, u64)>) -> (i64, Arc<Vec<Event>>) {
+        let events = Arc::new(std::mem::take(&mut self.events));
+        if self.sub > 0 {
+            lock(&self.store.recent).push(self.begin_rev + 1, events.clone());
+        }
         let mut st = self.store.state_mut();
         if self.sub > 0 {
             st.current_rev = self.begin_rev + 1;
@@ -594,7 +673,7 @@ impl<'a> WriteTxn<'a> {
             *r = rev;
             changed
         });
-        rev
+        (rev, events)
     }
 }
 

@@ -172,8 +172,8 @@ fn reads_a_real_etcd_db_like_etcd() {
 fn recent_events_in_memory_equal_the_backends() {
     let dir = tempfile::tempdir().unwrap();
     let s = open(&dir.path().join("db"));
-    let mut index = 1;
     for i in 0..40u32 {
+        let index = u64::from(i) + 1;
         let mut w = s.write();
         w.put(
             format!("k{}", i % 7).as_bytes(),
@@ -189,7 +189,6 @@ fn recent_events_in_memory_equal_the_backends() {
             w.delete_range(KeyRange::new(b"k", b"l")).unwrap();
         }
         w.end(index, 1).unwrap();
-        index += 1;
     }
     let cur = s.current_rev();
     for from in 2..=cur {

@@ -58,6 +58,9 @@ enum Command {
     Alarm(commands::alarm::AlarmCmd),
     /// Defragments the storage of the etcd members with given endpoints
     Defrag(commands::defrag::DefragArgs),
+    /// commands for checking properties of the etcd cluster
+    #[command(subcommand)]
+    Check(commands::check::CheckCmd),
     /// Transfers leadership to another etcd cluster member.
     #[command(name = "move-leader")]
     MoveLeader(commands::move_leader::MoveLeaderArgs),
@@ -98,6 +101,7 @@ async fn dispatch(ctx: &Ctx, cmd: &Command) -> error::Result<()> {
         Command::Alarm(c) => commands::alarm::run(ctx, c).await,
         Command::Defrag(a) => commands::defrag::run(ctx, a).await,
         Command::MoveLeader(a) => commands::move_leader::run(ctx, a).await,
+        Command::Check(c) => commands::check::run(ctx, c).await,
         Command::Auth(c) => commands::auth::run(ctx, c).await,
         Command::User(c) => commands::user::run(ctx, c).await,
         Command::Role(c) => commands::role::run(ctx, c).await,

@@ -3,6 +3,7 @@
 
 pub mod alarm;
 pub mod auth;
+pub mod check;
 pub mod compaction;
 pub mod defrag;
 pub mod del;

@@ -44,6 +44,7 @@ impl Cluster for ClusterService {
         &self,
         _r: Request<MemberAddRequest>,
     ) -> Result<Response<MemberAddResponse>, Status> {
+        super::auth::check_cluster_admin(&self.server, &_r)?;
         Err(not_yet("MemberAdd"))
     }
 
@@ -51,6 +52,7 @@ impl Cluster for ClusterService {
         &self,
         _r: Request<MemberRemoveRequest>,
     ) -> Result<Response<MemberRemoveResponse>, Status> {
+        super::auth::check_cluster_admin(&self.server, &_r)?;
         Err(not_yet("MemberRemove"))
     }
 
@@ -58,6 +60,7 @@ impl Cluster for ClusterService {
         &self,
         _r: Request<MemberUpdateRequest>,
     ) -> Result<Response<MemberUpdateResponse>, Status> {
+        super::auth::check_cluster_admin(&self.server, &_r)?;
         Err(not_yet("MemberUpdate"))
     }
 
@@ -82,6 +85,7 @@ impl Cluster for ClusterService {
         &self,
         _r: Request<MemberPromoteRequest>,
     ) -> Result<Response<MemberPromoteResponse>, Status> {
+        super::auth::check_cluster_admin(&self.server, &_r)?;
         Err(not_yet("MemberPromote"))
     }
 }

@@ -14,7 +14,9 @@ use tokio::sync::mpsc;
 use tokio_stream::{Stream, StreamExt, wrappers::ReceiverStream};
 use tonic::{Request, Response, Status, Streaming};
 
+use super::auth::{header, identity};
 use super::errors;
+use crate::auth::Access;
 use crate::lease::MAX_LEASE_TTL;
 use crate::server::EtcdServer;
 use crate::server::apply::Applied;
@@ -62,10 +64,17 @@ impl Lease for LeaseService {
         &self,
         r: Request<LeaseRevokeRequest>,
     ) -> Result<Response<LeaseRevokeResponse>, Status> {
+        // Revoking deletes the lease's keys: the caller must be able to write every one.
+        let ai = identity(&self.server, &r)?;
+        let r = r.into_inner();
+        if let Some((_, _, keys)) = self.server.lessor().time_to_live(r.id) {
+            self.server.auth().check_lease_keys(&ai, &keys)?;
+        }
         let out = self
             .server
             .propose(InternalRaftRequest {
-                lease_revoke: Some(r.into_inner()),
+                header: header(&ai),
+                lease_revoke: Some(r),
                 ..Default::default()
             })
             .await?;
@@ -109,7 +118,21 @@ impl Lease for LeaseService {
         &self,
         r: Request<LeaseTimeToLiveRequest>,
     ) -> Result<Response<LeaseTimeToLiveResponse>, Status> {
+        // etcd 3.5's rule: with auth on, the caller must be able to read every key of the
+        // lease (or a user could list keys it may not see).
+        let ai = identity(&self.server, &r)?;
         let r = r.into_inner();
+        let auth = self.server.auth();
+        if auth.is_enabled() {
+            if ai.revision == 0 {
+                return Err(errors::USER_EMPTY.status());
+            }
+            if let Some((_, _, keys)) = self.server.lessor().time_to_live(r.id) {
+                for k in &keys {
+                    auth.check(&ai, k, b"", Access::Read)?;
+                }
+            }
+        }
         let header = self.server.header(self.server.kv().current_rev());
         // An unknown lease answers TTL -1 (etcdctl prints "already expired").
         let resp = match self.server.lessor().time_to_live(r.id) {

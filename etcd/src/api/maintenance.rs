@@ -31,9 +31,11 @@ const SNAPSHOT_CHUNK: usize = 32 * 1024;
 #[tonic::async_trait]
 impl Maintenance for MaintenanceService {
     async fn alarm(&self, r: Request<AlarmRequest>) -> Result<Response<AlarmResponse>, Status> {
+        let ai = super::auth::identity(&self.server, &r)?;
         let out = self
             .server
             .propose(proto::etcdserverpb::InternalRaftRequest {
+                header: super::auth::header(&ai),
                 alarm: Some(r.into_inner()),
                 ..Default::default()
             })
@@ -93,6 +95,7 @@ impl Maintenance for MaintenanceService {
         &self,
         _r: Request<DefragmentRequest>,
     ) -> Result<Response<DefragmentResponse>, Status> {
+        super::auth::check_maintenance_admin(&self.server, &_r)?;
         let server = self.server.clone();
         tokio::task::spawn_blocking(move || {
             let backend = server.kv().backend();
@@ -122,10 +125,12 @@ impl Maintenance for MaintenanceService {
     }
 
     async fn hash(&self, _r: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {
+        super::auth::check_maintenance_admin(&self.server, &_r)?;
         Err(not_yet("Hash"))
     }
 
     async fn hash_kv(&self, r: Request<HashKvRequest>) -> Result<Response<HashKvResponse>, Status> {
+        super::auth::check_maintenance_admin(&self.server, &r)?;
         let rev = r.into_inner().revision;
         let store = self.server.kv().clone();
         let (hash, hashed, compact) = tokio::task::spawn_blocking(move || store.hash_kv(rev))
@@ -147,6 +152,7 @@ impl Maintenance for MaintenanceService {
         &self,
         _r: Request<SnapshotRequest>,
     ) -> Result<Response<Self::SnapshotStream>, Status> {
+        super::auth::check_maintenance_admin(&self.server, &_r)?;
         let server = self.server.clone();
         let image = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, String> {
             let backend = server.kv().backend();
@@ -182,6 +188,7 @@ impl Maintenance for MaintenanceService {
         &self,
         r: Request<MoveLeaderRequest>,
     ) -> Result<Response<MoveLeaderResponse>, Status> {
+        super::auth::check_maintenance_admin(&self.server, &r)?;
         let target = r.into_inner().target_id;
         if target == self.server.member_id()
             || !self.server.members().iter().any(|m| m.id == target)

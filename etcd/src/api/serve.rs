@@ -94,6 +94,12 @@ pub async fn serve(
             })
             .max_decoding_message_size(max),
         )
+        .add_service(
+            proto::etcdserverpb::auth_server::AuthServer::new(super::auth::AuthService {
+                server: server.clone(),
+            })
+            .max_decoding_message_size(max),
+        )
         .add_service(ClusterServer::new(ClusterService { server }).max_decoding_message_size(max))
         .serve_with_incoming_shutdown(
             TcpListenerStream::new(listener).map(|s| {

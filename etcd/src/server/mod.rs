@@ -33,6 +33,7 @@ pub struct Shared {
     pub kv: Arc<KvStore>,
     pub lessor: Arc<Lessor>,
     pub alarms: alarms::Alarms,
+    pub auth: Arc<crate::auth::AuthStore>,
     pub wait: Wait<Outcome>,
     members: RwLock<Vec<Member>>,
     leader: AtomicU64,
@@ -100,6 +101,10 @@ impl EtcdServer {
     /// Boots the member in `cfg.data_dir` and starts its raft loop.
     pub fn start(cfg: Config) -> Result<Arc<EtcdServer>, bootstrap::BootError> {
         let booted = bootstrap::boot(&cfg)?;
+        let tokens =
+            crate::auth::token::TokenProvider::from_flag(&cfg.auth_token, cfg.auth_token_ttl)
+                .map_err(bootstrap::BootError::Config)?;
+        let auth = crate::auth::AuthStore::open(&booted.kv, tokens, cfg.bcrypt_cost);
         let (applied_tx, applied_rx) = watch::channel(booted.kv.consistent_index());
         let shared = Arc::new(Shared {
             member_id: booted.member_id,
@@ -107,6 +112,7 @@ impl EtcdServer {
             kv: booted.kv.clone(),
             lessor: booted.lessor.clone(),
             alarms: alarms::Alarms::load(&booted.kv),
+            auth,
             wait: Wait::default(),
             members: RwLock::new(booted.members.clone()),
             leader: AtomicU64::new(0),
@@ -149,6 +155,10 @@ impl EtcdServer {
 
     pub fn kv(&self) -> &Arc<KvStore> {
         &self.shared.kv
+    }
+
+    pub fn auth(&self) -> &Arc<crate::auth::AuthStore> {
+        &self.shared.auth
     }
 
     pub fn lessor(&self) -> &Arc<Lessor> {

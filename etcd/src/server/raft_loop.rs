@@ -270,6 +270,7 @@ impl RaftLoop {
                     e,
                     &self.shared.lessor,
                     &self.shared.alarms,
+                    &self.shared.auth,
                     &mut effects,
                 ) && id != 0
                 {

@@ -11,7 +11,8 @@ cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test"
 cargo test --workspace --no-fail-fast
 echo "== etcdctl tables against etcd-rs (real etcdctl on etcd 3.4 vs ours on etcd-rs)"
-# The tables whose server side exists; member changes come with their issue. CARGO_BIN_EXE paths are not visible here, so use the target dir cargo just built.
+# The tables whose server side exists; member changes come with their issue.
+# CARGO_BIN_EXE paths are not visible here, so use the target dir cargo just built.
 target_dir="${CARGO_TARGET_DIR:-target}"
 TWIN_SERVER_BIN="$(cd "$target_dir/debug" && pwd)/etcd" \
   cargo test -p etcdctl --test compat -- \

@@ -19,7 +19,7 @@ use proto::etcdserverpb::{
 use tonic::{Request, Response, Status};
 
 use super::errors::{self, ApiError};
-use crate::auth::{Access, AuthInfo, AuthResponse};
+use crate::auth::{Access, AuthInfo, AuthResponse, PasswordError};
 use crate::server::EtcdServer;
 use crate::server::apply::Applied;
 
@@ -210,10 +210,10 @@ impl Auth for AuthService {
             let checked_revision = match checked {
                 Ok(rev) => rev,
                 Err(e) => {
-                    if e != errors::AUTH_NOT_ENABLED {
-                        tracing::warn!(user_name = %r.name, error = %e, "invalid authentication was requested");
+                    if e != PasswordError::Api(errors::AUTH_NOT_ENABLED) {
+                        tracing::warn!(user_name = %r.name, error = ?e, "invalid authentication was requested");
                     }
-                    return Err(e.status());
+                    return Err(e.into());
                 }
             };
             // The password is checked here and never proposed: it must not reach the WAL.

@@ -50,6 +50,27 @@ struct AuthState {
     roles: BTreeMap<String, Role>,
 }
 
+/// Why a password check failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PasswordError {
+    /// One of etcd's API errors (auth not enabled, authentication failed).
+    Api(ApiError),
+    /// A password given for a user added with --no-password: etcd returns its auth
+    /// package's own error here, not an API one.
+    NoPasswordUser,
+}
+
+impl From<PasswordError> for tonic::Status {
+    fn from(e: PasswordError) -> tonic::Status {
+        match e {
+            PasswordError::Api(a) => a.status(),
+            PasswordError::NoPasswordUser => tonic::Status::unknown(
+                "auth: authentication failed, password was given for no password user",
+            ),
+        }
+    }
+}
+
 /// The answer of an applied auth request, for the API layer to return.
 #[derive(Debug, Clone)]
 pub enum AuthResponse {
@@ -222,22 +243,25 @@ impl AuthStore {
     /// Checks `password` for `name` (etcd's CheckPassword, done before Authenticate is
     /// proposed): the auth revision it was checked at, or the error. bcrypt is slow on
     /// purpose: call this off the async runtime.
-    pub fn check_password(&self, name: &str, password: &str) -> Result<u64, ApiError> {
+    pub fn check_password(&self, name: &str, password: &str) -> Result<u64, PasswordError> {
         let (hash, revision) = {
             let st = self.read();
             if !st.enabled {
-                return Err(errors::AUTH_NOT_ENABLED);
+                return Err(PasswordError::Api(errors::AUTH_NOT_ENABLED));
             }
-            let u = st.users.get(name).ok_or(errors::AUTH_FAILED)?;
+            let u = st
+                .users
+                .get(name)
+                .ok_or(PasswordError::Api(errors::AUTH_FAILED))?;
             if u.options.as_ref().is_some_and(|o| o.no_password) {
-                return Err(errors::AUTH_FAILED);
+                return Err(PasswordError::NoPasswordUser);
             }
             (u.password.clone(), st.revision)
         };
-        let hash = String::from_utf8(hash).map_err(|_| errors::AUTH_FAILED)?;
+        let hash = String::from_utf8(hash).map_err(|_| PasswordError::Api(errors::AUTH_FAILED))?;
         match bcrypt::verify(password, &hash) {
             Ok(true) => Ok(revision),
-            _ => Err(errors::AUTH_FAILED),
+            _ => Err(PasswordError::Api(errors::AUTH_FAILED)),
         }
     }
 
@@ -440,7 +464,7 @@ impl AuthStore {
             }
             w.put_raw(buckets::AUTH, ENABLED_KEY, &[1]);
             st.enabled = true;
-            commit_revision(st, w);
+            // etcd does not move the revision when enabling (it does when disabling).
             tracing::info!("enabled authentication");
             return Ok(AuthResponse::Enable(Default::default()));
         }

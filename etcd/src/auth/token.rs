@@ -90,6 +90,54 @@ impl TokenProvider {
     }
 }
 
+/// An EC private key from PEM. etcd (Go) takes both `EC PRIVATE KEY` (SEC1, what
+/// `openssl ecparam -genkey` writes) and `PRIVATE KEY` (PKCS#8); jsonwebtoken only the second,
+/// so a SEC1 key is wrapped into PKCS#8 first.
+fn ec_private_key(pem: &[u8], alg: Algorithm) -> jsonwebtoken::errors::Result<EncodingKey> {
+    use base64::Engine;
+    let text = String::from_utf8_lossy(pem);
+    if !text.contains("-----BEGIN EC PRIVATE KEY-----") {
+        return EncodingKey::from_ec_pem(pem);
+    }
+    let b64: String = text
+        .lines()
+        .skip_while(|l| !l.starts_with("-----BEGIN EC PRIVATE KEY-----"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("-----END"))
+        .map(str::trim)
+        .collect();
+    let sec1 = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .map_err(|_| jsonwebtoken::errors::ErrorKind::InvalidKeyFormat)?;
+    // OIDs (DER, with tag and length): id-ecPublicKey, then the curve.
+    const EC_PUBLIC_KEY: &[u8] = &[0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01];
+    const P256: &[u8] = &[0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
+    const P384: &[u8] = &[0x06, 0x05, 0x2b, 0x81, 0x04, 0x00, 0x22];
+    let curve = if alg == Algorithm::ES384 { P384 } else { P256 };
+    let algo = der(0x30, &[EC_PUBLIC_KEY, curve].concat());
+    let body = [&[0x02, 0x01, 0x00][..], &algo, &der(0x04, &sec1)].concat();
+    Ok(EncodingKey::from_ec_der(&der(0x30, &body)))
+}
+
+/// One DER element: tag, definite length, contents.
+fn der(tag: u8, content: &[u8]) -> Vec<u8> {
+    let mut out = vec![tag];
+    let n = content.len();
+    if n < 0x80 {
+        out.push(n as u8);
+    } else {
+        let bytes: Vec<u8> = n
+            .to_be_bytes()
+            .into_iter()
+            .skip_while(|b| *b == 0)
+            .collect();
+        out.push(0x80 | bytes.len() as u8);
+        out.extend(bytes);
+    }
+    out.extend_from_slice(content);
+    out
+}
+
 fn random_letters(n: usize) -> String {
     const LETTERS: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
     let mut buf = vec![0u8; n];
@@ -218,9 +266,7 @@ impl JwtTokens {
                         let pem = read("priv-key", &p)?;
                         Some(
                             match alg {
-                                Algorithm::ES256 | Algorithm::ES384 => {
-                                    EncodingKey::from_ec_pem(&pem)
-                                }
+                                Algorithm::ES256 | Algorithm::ES384 => ec_private_key(&pem, alg),
                                 Algorithm::EdDSA => EncodingKey::from_ed_pem(&pem),
                                 _ => EncodingKey::from_rsa_pem(&pem),
                             }
@@ -231,12 +277,23 @@ impl JwtTokens {
                 (encoding, decoding)
             }
         };
-        Ok(JwtTokens {
+        let j = JwtTokens {
             alg,
             ttl,
             encoding,
             decoding,
-        })
+        };
+        // A key that cannot sign, or a private key that does not match the public one, is a
+        // start-up error rather than a failing Authenticate later.
+        if j.encoding.is_some() {
+            let t = j.sign("etcd-rs-key-check", 0)?;
+            if j.verify(&t).is_none() {
+                return Err(format!(
+                    "--auth-token jwt: tokens signed with the priv-key do not verify with the pub-key ({method})"
+                ));
+            }
+        }
+        Ok(j)
     }
 
     fn sign(&self, user: &str, revision: u64) -> Result<String, String> {
@@ -296,6 +353,40 @@ mod tests {
         let p = TokenProvider::from_flag("simple", 0).expect("simple");
         let t = p.assign("bob", 1, "abc", 1).expect("assign");
         assert!(p.info(&t, 1).is_none());
+    }
+
+    /// A throwaway P-256 key in SEC1 form, as `openssl ecparam -genkey -noout` writes it.
+    const TEST_EC_KEY: &str = "-----BEGIN EC PRIVATE KEY-----
+MHcCAQEEIEWQu+alzjP43YCmBmRQwOiqqOlRG4YUSbBfuTPjawoOoAoGCCqGSM49
+AwEHoUQDQgAEKaOuQ33lxCgDKaMyfHLTU4P+JGx+7kVpzXiKdHOJ8zx8aD7ArFkW
+7OZ3XTkI5zsLK2eR8B6LDDS8BHXiXQV5Wg==
+-----END EC PRIVATE KEY-----
+";
+    const TEST_EC_PUB: &str = "-----BEGIN PUBLIC KEY-----
+MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEKaOuQ33lxCgDKaMyfHLTU4P+JGx+
+7kVpzXiKdHOJ8zx8aD7ArFkW7OZ3XTkI5zsLK2eR8B6LDDS8BHXiXQV5Wg==
+-----END PUBLIC KEY-----
+";
+
+    #[test]
+    fn jwt_with_a_sec1_ec_key_signs_and_verifies() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (k, p) = (dir.path().join("ec.key"), dir.path().join("ec.pub"));
+        std::fs::write(&k, TEST_EC_KEY).expect("write key");
+        std::fs::write(&p, TEST_EC_PUB).expect("write pub");
+        let spec = format!(
+            "jwt,pub-key={},priv-key={},sign-method=ES256,ttl=1m",
+            p.display(),
+            k.display()
+        );
+        let tp = TokenProvider::from_flag(&spec, 300).expect("ES256 provider");
+        let t = tp.assign("alice", 9, "", 5).expect("sign");
+        let info = tp.info(&t, 100).expect("verifies");
+        assert_eq!((info.username.as_str(), info.revision), ("alice", 9));
+        assert!(tp.info(&format!("{t}x"), 100).is_none());
+        // The key under the wrong method is refused at start.
+        let rs = spec.replace("ES256", "RS256");
+        assert!(TokenProvider::from_flag(&rs, 300).is_err());
     }
 
     #[test]

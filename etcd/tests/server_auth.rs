@@ -337,11 +337,33 @@ fn simple_token_lifecycle(bin: &str) {
             .expect_err("alice may not read other");
         assert_eq!(denied.code(), Code::PermissionDenied);
         assert_eq!(denied.message(), "etcdserver: permission denied");
+        // A lease with a key on it expires with auth on: the server revokes it as root.
+        let granted = e.etcdctl_ok(&["--user=root:rootpw", "lease", "grant", "2"]);
+        let id = granted
+            .split_whitespace()
+            .nth(1)
+            .expect("lease id")
+            .to_string();
+        e.etcdctl_ok(&[
+            "--user=root:rootpw",
+            "put",
+            "lk",
+            "v",
+            &format!("--lease={id}"),
+        ]);
         // Unused for longer than the TTL: gone.
         tokio::time::sleep(Duration::from_millis(3500)).await;
         let expired = range(&url, &t, "k").await.expect_err("expired token");
         assert_eq!(expired.code(), Code::Unauthenticated, "{bin}");
         assert_eq!(expired.message(), "etcdserver: invalid auth token");
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        while e.etcdctl_ok(&["--user=root:rootpw", "get", "lk"]) != "" {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{bin}: the expired lease's key is still there"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
         // A password change drops the user's tokens.
         let t = token(&url, "alice", "apw").await;
         let root = token(&url, "root", "rootpw").await;

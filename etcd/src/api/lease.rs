@@ -186,11 +186,13 @@ pub async fn expire_leases(server: Arc<EtcdServer>) {
             continue;
         }
         for id in server.lessor().expired() {
+            // The server revokes as root, as etcd does (its keys may be any user's).
             let req = InternalRaftRequest {
+                header: header(&server.auth().root_info()),
                 lease_revoke: Some(LeaseRevokeRequest { id }),
                 ..Default::default()
             };
-            match server.propose(req).await {
+            match server.propose(req).await.and_then(|out| out.result) {
                 Ok(_) => {
                     tracing::info!(lease_id = %format!("{id:016x}"), "revoked an expired lease")
                 }

@@ -225,6 +225,15 @@ impl AuthStore {
         self.read().revision
     }
 
+    /// The identity of the server's own requests (expired lease revokes): root at the
+    /// current revision, as etcd's WithRoot.
+    pub fn root_info(&self) -> AuthInfo {
+        AuthInfo {
+            username: ROOT_USER.to_string(),
+            revision: self.revision(),
+        }
+    }
+
     pub fn bcrypt_cost(&self) -> u32 {
         self.bcrypt_cost
     }

@@ -357,7 +357,10 @@ fn simple_token_lifecycle(bin: &str) {
         assert_eq!(expired.code(), Code::Unauthenticated, "{bin}");
         assert_eq!(expired.message(), "etcdserver: invalid auth token");
         let deadline = std::time::Instant::now() + Duration::from_secs(15);
-        while e.etcdctl_ok(&["--user=root:rootpw", "get", "lk"]) != "" {
+        while !e
+            .etcdctl_ok(&["--user=root:rootpw", "get", "lk"])
+            .is_empty()
+        {
             assert!(
                 std::time::Instant::now() < deadline,
                 "{bin}: the expired lease's key is still there"

@@ -100,10 +100,11 @@ pub struct EtcdServer {
 impl EtcdServer {
     /// Boots the member in `cfg.data_dir` and starts its raft loop.
     pub fn start(cfg: Config) -> Result<Arc<EtcdServer>, bootstrap::BootError> {
-        let booted = bootstrap::boot(&cfg)?;
+        // A bad --auth-token stops the start before the data dir is touched.
         let tokens =
             crate::auth::token::TokenProvider::from_flag(&cfg.auth_token, cfg.auth_token_ttl)
                 .map_err(bootstrap::BootError::Config)?;
+        let booted = bootstrap::boot(&cfg)?;
         let auth = crate::auth::AuthStore::open(&booted.kv, tokens, cfg.bcrypt_cost);
         let (applied_tx, applied_rx) = watch::channel(booted.kv.consistent_index());
         let shared = Arc::new(Shared {

@@ -551,3 +551,71 @@ fn auth_carries_over_from_etcd_and_survives_restart() {
     });
     assert_eq!(ours, revision_from_etcd);
 }
+
+/// The answer to a watch on a key the user may not read, field by field.
+fn denied_watch(bin: &str) -> (i64, bool, bool, String, i64) {
+    use proto::etcdserverpb::{
+        WatchCreateRequest, WatchRequest, watch_client::WatchClient, watch_request::RequestUnion,
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let e = RealEtcd::start_bin(bin, &dir.path().join("d"), "default", &[]);
+    setup_users(&e);
+    let url = e.client_url.clone();
+    rt().block_on(async {
+        let t = token(&url, "alice", "apw").await;
+        let mut w = WatchClient::connect(url.clone()).await.expect("connect");
+        let create = |key: &str, id: i64| WatchRequest {
+            request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
+                key: key.into(),
+                watch_id: id,
+                ..Default::default()
+            })),
+        };
+        let reqs = vec![create("other", 0), create("k", 0)];
+        let mut resp = w
+            .watch(with_token(tokio_stream::iter(reqs), &t))
+            .await
+            .expect("watch stream")
+            .into_inner();
+        let denied = resp.message().await.expect("answer").expect("an answer");
+        let allowed = resp.message().await.expect("answer").expect("an answer");
+        assert!(allowed.created && !allowed.canceled, "{bin}: {allowed:?}");
+        (
+            denied.watch_id,
+            denied.created,
+            denied.canceled,
+            denied.cancel_reason,
+            allowed.watch_id,
+        )
+    })
+}
+
+#[test]
+fn a_denied_watch_is_answered_as_etcd_does() {
+    let real = std::thread::spawn(|| denied_watch("etcd"));
+    let ours = denied_watch(OURS);
+    assert_eq!(ours, real.join().expect("real etcd"));
+}
+
+/// A bad --auth-token is refused before anything is written.
+#[test]
+fn bad_auth_token_flags_stop_the_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("d");
+    for spec in [
+        "bogus",
+        "jwt,sign-method=RS256",
+        "jwt,pub-key=/nonexistent,sign-method=RS256",
+    ] {
+        let out = std::process::Command::new(OURS)
+            .arg("--data-dir")
+            .arg(&data)
+            .arg(format!("--auth-token={spec}"))
+            .output()
+            .expect("run etcd");
+        assert_eq!(out.status.code(), Some(1), "{spec}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--auth-token"), "{spec}: {err}");
+        assert!(!data.exists(), "{spec}: the data dir was created");
+    }
+}

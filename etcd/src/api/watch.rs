@@ -109,10 +109,11 @@ impl StreamState {
             return self
                 .send(WatchResponse {
                     header: self.header(current),
-                    watch_id: c.watch_id,
+                    // etcd answers a denied watch with no id (-1) and the whole gRPC
+                    // error text as the reason.
+                    watch_id: -1,
                     created: true,
                     canceled: true,
-                    // etcd puts the whole gRPC error text in the reason.
                     cancel_reason: format!(
                         "rpc error: code = PermissionDenied desc = {}",
                         errors::PERMISSION_DENIED.message

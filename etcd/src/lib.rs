@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod apply;
+pub mod auth;
 pub mod config;
 pub mod http;
 pub mod lease;

@@ -70,6 +70,7 @@ impl Cluster for ClusterService {
         &self,
         r: Request<MemberAddRequest>,
     ) -> Result<Response<MemberAddResponse>, Status> {
+        super::auth::check_cluster_admin(&self.server, &r)?;
         let r = r.into_inner();
         check_urls(&r.peer_ur_ls)?;
         let now = std::time::SystemTime::now()
@@ -107,6 +108,7 @@ impl Cluster for ClusterService {
         &self,
         r: Request<MemberRemoveRequest>,
     ) -> Result<Response<MemberRemoveResponse>, Status> {
+        super::auth::check_cluster_admin(&self.server, &r)?;
         let id = r.into_inner().id;
         self.server.may_remove_member(id)?;
         let cc = ConfChange {
@@ -125,6 +127,7 @@ impl Cluster for ClusterService {
         &self,
         r: Request<MemberUpdateRequest>,
     ) -> Result<Response<MemberUpdateResponse>, Status> {
+        super::auth::check_cluster_admin(&self.server, &r)?;
         let r = r.into_inner();
         check_urls(&r.peer_ur_ls)?;
         let m = membership::Member {
@@ -162,6 +165,7 @@ impl Cluster for ClusterService {
         &self,
         r: Request<MemberPromoteRequest>,
     ) -> Result<Response<MemberPromoteResponse>, Status> {
+        super::auth::check_cluster_admin(&self.server, &r)?;
         let mut members = self.server.promote_member(r.into_inner().id).await?;
         members.sort_by_key(|m| m.id);
         Ok(Response::new(MemberPromoteResponse {

@@ -17,9 +17,11 @@ use tokio::sync::mpsc;
 use tokio_stream::{Stream, wrappers::ReceiverStream};
 use tonic::{Request, Response, Status};
 
+use super::auth::{check_recipe, identity};
 use super::errors;
 use super::lock::{create_once, prefix_end, wait_oldest};
 use crate::apply::kv::LeaseLookup;
+use crate::auth::AuthInfo;
 use crate::mvcc::KeyRange;
 use crate::server::EtcdServer;
 use crate::server::apply::Applied;
@@ -47,7 +49,12 @@ fn leader_kv(server: &EtcdServer, name: &[u8]) -> Result<Option<KeyValue>, Statu
 }
 
 /// Runs `op` only while `leader` still holds its key at its revision; false if it does not.
-async fn if_leader(server: &EtcdServer, leader: &LeaderKey, op: Op) -> Result<bool, Status> {
+async fn if_leader(
+    server: &EtcdServer,
+    ai: &AuthInfo,
+    leader: &LeaderKey,
+    op: Op,
+) -> Result<bool, Status> {
     let txn = TxnRequest {
         compare: vec![Compare {
             result: compare::CompareResult::Equal as i32,
@@ -61,6 +68,7 @@ async fn if_leader(server: &EtcdServer, leader: &LeaderKey, op: Op) -> Result<bo
     };
     let out = server
         .propose(InternalRaftRequest {
+            header: super::auth::header(ai),
             txn: Some(txn),
             ..Default::default()
         })
@@ -81,6 +89,7 @@ impl Election for ElectionService {
         &self,
         r: Request<CampaignRequest>,
     ) -> Result<Response<CampaignResponse>, Status> {
+        let ai = identity(&self.server, &r)?;
         let r = r.into_inner();
         if !self.server.lessor().lease_exists(r.lease) {
             return Err(errors::LEASE_NOT_FOUND.status());
@@ -88,7 +97,8 @@ impl Election for ElectionService {
         let prefix = prefix_of(&r.name);
         let mut key = prefix.clone();
         key.extend_from_slice(format!("{:x}", r.lease).as_bytes());
-        let (rev, created) = create_once(&self.server, &key, &r.value, r.lease).await?;
+        check_recipe(&self.server, &ai, &prefix, Some(&key))?;
+        let (rev, created) = create_once(&self.server, &ai, &key, &r.value, r.lease).await?;
         let leader = LeaderKey {
             name: r.name.clone(),
             key: key.clone(),
@@ -103,7 +113,7 @@ impl Election for ElectionService {
                 lease: r.lease,
                 ..Default::default()
             });
-            if !if_leader(&self.server, &leader, put).await? {
+            if !if_leader(&self.server, &ai, &leader, put).await? {
                 return Err(not_leader());
             }
         }
@@ -118,15 +128,17 @@ impl Election for ElectionService {
         &self,
         r: Request<ProclaimRequest>,
     ) -> Result<Response<ProclaimResponse>, Status> {
+        let ai = identity(&self.server, &r)?;
         let r = r.into_inner();
         let leader = r.leader.ok_or_else(not_leader)?;
+        check_recipe(&self.server, &ai, b"", Some(&leader.key))?;
         let put = Op::RequestPut(PutRequest {
             key: leader.key.clone(),
             value: r.value,
             lease: leader.lease,
             ..Default::default()
         });
-        if !if_leader(&self.server, &leader, put).await? {
+        if !if_leader(&self.server, &ai, &leader, put).await? {
             return Err(not_leader());
         }
         Ok(Response::new(ProclaimResponse {
@@ -135,7 +147,9 @@ impl Election for ElectionService {
     }
 
     async fn leader(&self, r: Request<LeaderRequest>) -> Result<Response<LeaderResponse>, Status> {
+        let ai = identity(&self.server, &r)?;
         let name = r.into_inner().name;
+        check_recipe(&self.server, &ai, &prefix_of(&name), None)?;
         match leader_kv(&self.server, &name)? {
             Some(kv) => Ok(Response::new(LeaderResponse {
                 header: self.server.header(self.server.kv().current_rev()),
@@ -151,7 +165,9 @@ impl Election for ElectionService {
         &self,
         r: Request<LeaderRequest>,
     ) -> Result<Response<Self::ObserveStream>, Status> {
+        let ai = identity(&self.server, &r)?;
         let name = r.into_inner().name;
+        check_recipe(&self.server, &ai, &prefix_of(&name), None)?;
         let server = self.server.clone();
         let (tx, rx) = mpsc::channel(16);
         tokio::spawn(async move {
@@ -188,13 +204,15 @@ impl Election for ElectionService {
     }
 
     async fn resign(&self, r: Request<ResignRequest>) -> Result<Response<ResignResponse>, Status> {
+        let ai = identity(&self.server, &r)?;
         if let Some(leader) = r.into_inner().leader {
+            check_recipe(&self.server, &ai, b"", Some(&leader.key))?;
             let del = Op::RequestDeleteRange(DeleteRangeRequest {
                 key: leader.key.clone(),
                 ..Default::default()
             });
             // Resigning when no longer the leader is not an error (nothing to give up).
-            if_leader(&self.server, &leader, del).await?;
+            if_leader(&self.server, &ai, &leader, del).await?;
         }
         Ok(Response::new(ResignResponse {
             header: self.server.header(self.server.kv().current_rev()),

@@ -10,8 +10,10 @@ use proto::etcdserverpb::{
 };
 use tonic::{Request, Response, Status};
 
+use super::auth::{self as api_auth, identity};
 use super::errors::{self, ApiError};
 use crate::apply::kv::{self, NoLeases};
+use crate::auth::{Access, AuthInfo};
 use crate::server::EtcdServer;
 use crate::server::apply::Applied;
 
@@ -25,9 +27,25 @@ fn unexpected() -> Status {
 }
 
 impl KvService {
-    async fn propose(&self, req: InternalRaftRequest) -> Result<(Applied, i64), ApiError> {
+    /// Proposes `req` as the user `ai`: the apply checks the permissions again at the auth
+    /// revision current then.
+    async fn propose(
+        &self,
+        ai: &AuthInfo,
+        mut req: InternalRaftRequest,
+    ) -> Result<(Applied, i64), ApiError> {
+        req.header = api_auth::header(ai);
         let out = self.server.propose(req).await?;
         Ok((out.result?, out.revision))
+    }
+
+    /// etcd's doSerialize: a read served locally is refused when the auth store moved on
+    /// while it ran (the identity was checked at an older revision).
+    fn check_fresh(&self, ai: &AuthInfo) -> Result<(), ApiError> {
+        if ai.revision != 0 && ai.revision != self.server.auth().revision() {
+            return Err(errors::AUTH_OLD_REVISION);
+        }
+        Ok(())
     }
 }
 
@@ -37,30 +55,40 @@ impl Kv for KvService {
         &self,
         request: Request<RangeRequest>,
     ) -> Result<Response<RangeResponse>, Status> {
+        let ai = identity(&self.server, &request)?;
         let r = request.into_inner();
         self.server.guard(r.serializable)?;
         kv::check_range(&r)?;
         if !r.serializable {
             self.server.linearizable_read().await?;
         }
+        self.server
+            .auth()
+            .check(&ai, &r.key, &r.range_end, Access::Read)?;
         let mut resp = kv::range(self.server.kv(), &r)?;
+        self.check_fresh(&ai)?;
         let rev = resp.header.as_ref().map(|h| h.revision).unwrap_or(0);
         resp.header = self.server.header(rev);
         Ok(Response::new(resp))
     }
 
     async fn put(&self, request: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
+        let ai = identity(&self.server, &request)?;
         let r = request.into_inner();
         self.server.guard(false)?;
         kv::check_put(&r)?;
+        self.server.auth().check(&ai, &r.key, b"", Access::Write)?;
         self.server
             .check_quota(prost::Message::encoded_len(&r))
             .await?;
         let (applied, rev) = self
-            .propose(InternalRaftRequest {
-                put: Some(r),
-                ..Default::default()
-            })
+            .propose(
+                &ai,
+                InternalRaftRequest {
+                    put: Some(r),
+                    ..Default::default()
+                },
+            )
             .await?;
         match applied {
             Applied::Put(mut p) => {
@@ -75,14 +103,26 @@ impl Kv for KvService {
         &self,
         request: Request<DeleteRangeRequest>,
     ) -> Result<Response<DeleteRangeResponse>, Status> {
+        let ai = identity(&self.server, &request)?;
         let r = request.into_inner();
         self.server.guard(false)?;
         kv::check_delete(&r)?;
+        if r.prev_kv {
+            self.server
+                .auth()
+                .check(&ai, &r.key, &r.range_end, Access::Read)?;
+        }
+        self.server
+            .auth()
+            .check(&ai, &r.key, &r.range_end, Access::Write)?;
         let (applied, rev) = self
-            .propose(InternalRaftRequest {
-                delete_range: Some(r),
-                ..Default::default()
-            })
+            .propose(
+                &ai,
+                InternalRaftRequest {
+                    delete_range: Some(r),
+                    ..Default::default()
+                },
+            )
             .await?;
         match applied {
             Applied::DeleteRange(mut d) => {
@@ -94,12 +134,14 @@ impl Kv for KvService {
     }
 
     async fn txn(&self, request: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {
+        let ai = identity(&self.server, &request)?;
         let r = request.into_inner();
         self.server.guard(false)?;
         kv::check_txn(&r, self.server.cfg().max_txn_ops)?;
         if kv::is_read_only_txn(&r) {
             // A txn that only reads is served like a Range, without going through raft.
             self.server.linearizable_read().await?;
+            self.server.auth().check_txn(&ai, &r)?;
             let store = self.server.kv();
             let mut w = store.write();
             let mut t = kv::txn(&mut w, &r, &NoLeases)?;
@@ -107,16 +149,21 @@ impl Kv for KvService {
             let rev = store.current_rev();
             kv::stamp_txn_headers(&mut t, rev);
             t.header = self.server.header(rev);
+            self.check_fresh(&ai)?;
             return Ok(Response::new(t));
         }
+        self.server.auth().check_txn(&ai, &r)?;
         self.server
             .check_quota(prost::Message::encoded_len(&r))
             .await?;
         let (applied, rev) = self
-            .propose(InternalRaftRequest {
-                txn: Some(r),
-                ..Default::default()
-            })
+            .propose(
+                &ai,
+                InternalRaftRequest {
+                    txn: Some(r),
+                    ..Default::default()
+                },
+            )
             .await?;
         match applied {
             Applied::Txn(mut t) => {
@@ -131,13 +178,18 @@ impl Kv for KvService {
         &self,
         request: Request<CompactionRequest>,
     ) -> Result<Response<CompactionResponse>, Status> {
+        // etcd checks no permission for compaction, only that a token given is valid.
+        let ai = identity(&self.server, &request)?;
         let r = request.into_inner();
         self.server.guard(false)?;
         let (applied, rev) = self
-            .propose(InternalRaftRequest {
-                compaction: Some(r),
-                ..Default::default()
-            })
+            .propose(
+                &ai,
+                InternalRaftRequest {
+                    compaction: Some(r),
+                    ..Default::default()
+                },
+            )
             .await?;
         match applied {
             Applied::Compaction(mut c) => {

@@ -14,7 +14,9 @@ use tokio::sync::mpsc;
 use tokio_stream::{Stream, StreamExt, wrappers::ReceiverStream};
 use tonic::{Request, Response, Status, Streaming};
 
+use super::auth::{header, identity};
 use super::errors;
+use crate::auth::Access;
 use crate::lease::MAX_LEASE_TTL;
 use crate::server::EtcdServer;
 use crate::server::apply::Applied;
@@ -64,10 +66,17 @@ impl Lease for LeaseService {
         r: Request<LeaseRevokeRequest>,
     ) -> Result<Response<LeaseRevokeResponse>, Status> {
         self.server.guard(false)?;
+        // Revoking deletes the lease's keys: the caller must be able to write every one.
+        let ai = identity(&self.server, &r)?;
+        let r = r.into_inner();
+        if let Some((_, _, keys)) = self.server.lessor().time_to_live(r.id) {
+            self.server.auth().check_lease_keys(&ai, &keys)?;
+        }
         let out = self
             .server
             .propose(InternalRaftRequest {
-                lease_revoke: Some(r.into_inner()),
+                header: header(&ai),
+                lease_revoke: Some(r),
                 ..Default::default()
             })
             .await?;
@@ -108,7 +117,22 @@ impl Lease for LeaseService {
         r: Request<LeaseTimeToLiveRequest>,
     ) -> Result<Response<LeaseTimeToLiveResponse>, Status> {
         self.server.guard(false)?;
-        let resp = self.server.lease_time_to_live(r.into_inner()).await?;
+        // etcd 3.5's rule: with auth on, the caller must be able to read every key of the
+        // lease (or a user could list keys it may not see).
+        let ai = identity(&self.server, &r)?;
+        let r = r.into_inner();
+        let auth = self.server.auth();
+        if auth.is_enabled() {
+            if ai.revision == 0 {
+                return Err(errors::USER_EMPTY.status());
+            }
+            if let Some((_, _, keys)) = self.server.lessor().time_to_live(r.id) {
+                for k in &keys {
+                    auth.check(&ai, k, b"", Access::Read)?;
+                }
+            }
+        }
+        let resp = self.server.lease_time_to_live(r).await?;
         Ok(Response::new(resp))
     }
 
@@ -145,11 +169,13 @@ pub async fn expire_leases(server: Arc<EtcdServer>) {
             continue;
         }
         for id in server.lessor().expired() {
+            // The server revokes as root, as etcd does (its keys may be any user's).
             let req = InternalRaftRequest {
+                header: header(&server.auth().root_info()),
                 lease_revoke: Some(LeaseRevokeRequest { id }),
                 ..Default::default()
             };
-            match server.propose(req).await {
+            match server.propose(req).await.and_then(|out| out.result) {
                 Ok(_) => {
                     tracing::info!(lease_id = %format!("{id:016x}"), "revoked an expired lease")
                 }

@@ -13,8 +13,10 @@ use proto::v3lockpb::{
 };
 use tonic::{Request, Response, Status};
 
+use super::auth::{check_recipe, identity};
 use super::errors;
 use crate::apply::kv::LeaseLookup;
+use crate::auth::AuthInfo;
 use crate::mvcc::KeyRange;
 use crate::server::EtcdServer;
 use crate::server::apply::Applied;
@@ -39,6 +41,7 @@ pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 /// and whether this call created it.
 pub(crate) async fn create_once(
     server: &EtcdServer,
+    ai: &AuthInfo,
     key: &[u8],
     value: &[u8],
     lease: i64,
@@ -68,6 +71,7 @@ pub(crate) async fn create_once(
     };
     let out = server
         .propose(InternalRaftRequest {
+            header: super::auth::header(ai),
             txn: Some(txn),
             ..Default::default()
         })
@@ -120,6 +124,7 @@ pub(crate) async fn wait_oldest(
 #[tonic::async_trait]
 impl Lock for LockService {
     async fn lock(&self, r: Request<LockRequest>) -> Result<Response<LockResponse>, Status> {
+        let ai = identity(&self.server, &r)?;
         let r = r.into_inner();
         if !self.server.lessor().lease_exists(r.lease) {
             return Err(errors::LEASE_NOT_FOUND.status());
@@ -128,7 +133,8 @@ impl Lock for LockService {
         prefix.push(b'/');
         let mut key = prefix.clone();
         key.extend_from_slice(format!("{:x}", r.lease).as_bytes());
-        let (my_rev, _) = create_once(&self.server, &key, b"", r.lease).await?;
+        check_recipe(&self.server, &ai, &prefix, Some(&key))?;
+        let (my_rev, _) = create_once(&self.server, &ai, &key, b"", r.lease).await?;
         wait_oldest(&self.server, &prefix, &key, my_rev).await?;
         let store = self.server.kv();
         Ok(Response::new(LockResponse {
@@ -138,11 +144,15 @@ impl Lock for LockService {
     }
 
     async fn unlock(&self, r: Request<UnlockRequest>) -> Result<Response<UnlockResponse>, Status> {
+        let ai = identity(&self.server, &r)?;
+        let key = r.into_inner().key;
+        check_recipe(&self.server, &ai, b"", Some(&key))?;
         let out = self
             .server
             .propose(InternalRaftRequest {
+                header: super::auth::header(&ai),
                 delete_range: Some(DeleteRangeRequest {
-                    key: r.into_inner().key,
+                    key,
                     ..Default::default()
                 }),
                 ..Default::default()

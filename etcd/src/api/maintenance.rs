@@ -31,9 +31,11 @@ const SNAPSHOT_CHUNK: usize = 32 * 1024;
 #[tonic::async_trait]
 impl Maintenance for MaintenanceService {
     async fn alarm(&self, r: Request<AlarmRequest>) -> Result<Response<AlarmResponse>, Status> {
+        let ai = super::auth::identity(&self.server, &r)?;
         let out = self
             .server
             .propose(proto::etcdserverpb::InternalRaftRequest {
+                header: super::auth::header(&ai),
                 alarm: Some(r.into_inner()),
                 ..Default::default()
             })
@@ -82,6 +84,7 @@ impl Maintenance for MaintenanceService {
         &self,
         _r: Request<DefragmentRequest>,
     ) -> Result<Response<DefragmentResponse>, Status> {
+        super::auth::check_maintenance_admin(&self.server, &_r)?;
         let server = self.server.clone();
         tokio::task::spawn_blocking(move || {
             let backend = server.kv().backend();
@@ -113,6 +116,7 @@ impl Maintenance for MaintenanceService {
     /// etcd's Hash (meant for tests): the whole backend, everything committed first, without
     /// the meta keys that move on their own (consistent index, term).
     async fn hash(&self, _r: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {
+        super::auth::check_maintenance_admin(&self.server, &_r)?;
         let server = self.server.clone();
         let hash = tokio::task::spawn_blocking(move || {
             let backend = server.kv().backend();
@@ -132,6 +136,7 @@ impl Maintenance for MaintenanceService {
     }
 
     async fn hash_kv(&self, r: Request<HashKvRequest>) -> Result<Response<HashKvResponse>, Status> {
+        super::auth::check_maintenance_admin(&self.server, &r)?;
         let rev = r.into_inner().revision;
         let store = self.server.kv().clone();
         let (hash, hashed, compact) = tokio::task::spawn_blocking(move || store.hash_kv(rev))
@@ -153,6 +158,7 @@ impl Maintenance for MaintenanceService {
         &self,
         _r: Request<SnapshotRequest>,
     ) -> Result<Response<Self::SnapshotStream>, Status> {
+        super::auth::check_maintenance_admin(&self.server, &_r)?;
         let server = self.server.clone();
         let image = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, String> {
             let backend = server.kv().backend();
@@ -188,6 +194,7 @@ impl Maintenance for MaintenanceService {
         &self,
         r: Request<MoveLeaderRequest>,
     ) -> Result<Response<MoveLeaderResponse>, Status> {
+        super::auth::check_maintenance_admin(&self.server, &r)?;
         let target = r.into_inner().target_id;
         if !self.server.is_leader() {
             return Err(errors::NOT_LEADER.status());

@@ -1,6 +1,7 @@
 // The v3 client API served over gRPC (KV, Watch, Lease, Cluster, Maintenance, Auth) and its
 // error vocabulary. The services are built by the server issue on top of the store and raft.
 
+pub mod auth;
 pub mod authority;
 pub mod cluster;
 pub mod descriptors;

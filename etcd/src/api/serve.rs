@@ -61,6 +61,7 @@ pub const ETCDSERVERPB_SERVICES: &[&str] = &[
     "etcdserverpb.Lease",
     "etcdserverpb.Cluster",
     "etcdserverpb.Maintenance",
+    "etcdserverpb.Auth",
 ];
 
 /// The gRPC services of the client port, behind the metrics layer.
@@ -84,6 +85,10 @@ pub fn grpc_routes(server: &Arc<EtcdServer>) -> GrpcRoutes {
             .max_decoding_message_size(max),
     )
     .add_service(ClusterServer::new(ClusterService { server: s() }).max_decoding_message_size(max))
+    .add_service(
+        proto::etcdserverpb::auth_server::AuthServer::new(super::auth::AuthService { server: s() })
+            .max_decoding_message_size(max),
+    )
     .prepare();
     for svc in ETCDSERVERPB_SERVICES {
         crate::metrics::grpc::init_service(svc);

@@ -114,6 +114,8 @@ type Out = mpsc::Sender<Result<WatchResponse, Status>>;
 
 struct StreamState {
     server: Arc<EtcdServer>,
+    /// The stream's metadata (its token), checked again at each watch creation, as etcd does.
+    auth_req: Request<()>,
     out: Out,
     watchers: BTreeMap<i64, Watcher>,
     next_id: i64,
@@ -122,6 +124,15 @@ struct StreamState {
 impl StreamState {
     fn header(&self, rev: i64) -> Option<proto::etcdserverpb::ResponseHeader> {
         self.server.header(rev)
+    }
+
+    fn watch_permitted(&self, c: &WatchCreateRequest) -> bool {
+        super::auth::identity(&self.server, &self.auth_req).is_ok_and(|ai| {
+            self.server
+                .auth()
+                .check(&ai, &c.key, &c.range_end, crate::auth::Access::Read)
+                .is_ok()
+        })
     }
 
     async fn send(&self, r: WatchResponse) -> bool {
@@ -152,6 +163,23 @@ impl StreamState {
             }
             self.next_id
         };
+        if !self.watch_permitted(&c) {
+            return self
+                .send(WatchResponse {
+                    header: self.header(current),
+                    // etcd answers a denied watch with no id (-1) and the whole gRPC
+                    // error text as the reason.
+                    watch_id: -1,
+                    created: true,
+                    canceled: true,
+                    cancel_reason: format!(
+                        "rpc error: code = PermissionDenied desc = {}",
+                        errors::PERMISSION_DENIED.message
+                    ),
+                    ..Default::default()
+                })
+                .await;
+        }
         let start = if c.start_revision <= 0 {
             current + 1
         } else {
@@ -365,7 +393,12 @@ impl StreamState {
     }
 }
 
-async fn run_stream(server: Arc<EtcdServer>, mut inbound: Streaming<WatchRequest>, out: Out) {
+async fn run_stream(
+    server: Arc<EtcdServer>,
+    auth_req: Request<()>,
+    mut inbound: Streaming<WatchRequest>,
+    out: Out,
+) {
     let mut rev_rx = server.kv().subscribe_rev();
     let interval = server.cfg().experimental_watch_progress_notify_interval;
     let mut ticker = tokio::time::interval(if interval.is_zero() {
@@ -376,6 +409,7 @@ async fn run_stream(server: Arc<EtcdServer>, mut inbound: Streaming<WatchRequest
     ticker.tick().await;
     let mut st = StreamState {
         server,
+        auth_req,
         out,
         watchers: BTreeMap::new(),
         next_id: 0,
@@ -431,9 +465,10 @@ impl Watch for WatchService {
         request: Request<Streaming<WatchRequest>>,
     ) -> Result<Response<Self::WatchStream>, Status> {
         self.server.guard(false)?;
-        let inbound = request.into_inner();
+        let (metadata, extensions, inbound) = request.into_parts();
+        let auth_req = Request::from_parts(metadata, extensions, ());
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
-        tokio::spawn(run_stream(self.server.clone(), inbound, tx));
+        tokio::spawn(run_stream(self.server.clone(), auth_req, inbound, tx));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 }

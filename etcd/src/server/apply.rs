@@ -14,6 +14,7 @@ use proto::raftpb::Entry;
 use super::alarms::Alarms;
 use crate::api::errors::{self, ApiError};
 use crate::apply::kv::{self, LeaseLookup};
+use crate::auth::{self, AuthResponse, AuthStore};
 use crate::lease::{Lessor, MAX_LEASE_TTL};
 use crate::membership::Member;
 use crate::mvcc::{KeyRange, KvStore, MvccError};
@@ -31,6 +32,7 @@ pub enum Applied {
     Alarm(AlarmResponse),
     /// A conf change: the members after it.
     Members(Vec<Member>),
+    Auth(AuthResponse),
     /// A request with nothing to return (membership attributes, cluster version).
     Done,
 }
@@ -106,6 +108,7 @@ pub fn apply_normal(
     e: &Entry,
     lessor: &Lessor,
     alarms: &Alarms,
+    auth: &AuthStore,
     effects: &mut Vec<Effect>,
 ) -> Option<(u64, Outcome)> {
     let leases: &dyn LeaseLookup = lessor;
@@ -169,10 +172,20 @@ pub fn apply_normal(
         || req.compaction.is_some()
         || req.lease_grant.is_some()
         || req.lease_revoke.is_some();
-    let result = if touches_store && alarms.has(AlarmType::Corrupt) {
+    let lease_keys = |id: i64| {
+        lessor
+            .time_to_live(id)
+            .map(|(_, _, keys)| keys)
+            .unwrap_or_default()
+    };
+    let result = if let Err(denied) = auth.check_apply(&req, &lease_keys) {
+        Err(denied)
+    } else if touches_store && alarms.has(AlarmType::Corrupt) {
         Err(errors::CORRUPT)
     } else if grows && alarms.has(AlarmType::Nospace) {
         Err(errors::NO_SPACE)
+    } else if auth::is_auth_request(&req) {
+        auth.apply(&mut w, &req, e.index).map(Applied::Auth)
     } else if let Some(a) = &req.alarm {
         let m = AlarmMember {
             member_id: a.member_id,

@@ -37,6 +37,7 @@ pub struct Shared {
     pub kv: Arc<KvStore>,
     pub lessor: Arc<Lessor>,
     pub alarms: alarms::Alarms,
+    pub auth: Arc<crate::auth::AuthStore>,
     pub wait: Wait<Outcome>,
     members: RwLock<Vec<Member>>,
     removed: RwLock<BTreeSet<u64>>,
@@ -135,12 +136,17 @@ impl EtcdServer {
     /// Boots the member in `cfg.data_dir` (a new member of a running cluster first asks its
     /// peers for the cluster) and starts its raft loop and peer connections.
     pub async fn start(cfg: Config) -> Result<Arc<EtcdServer>, bootstrap::BootError> {
+        // A bad --auth-token stops the start before the data dir is touched.
+        let tokens =
+            crate::auth::token::TokenProvider::from_flag(&cfg.auth_token, cfg.auth_token_ttl)
+                .map_err(bootstrap::BootError::Config)?;
         let joined = if bootstrap::needs_join(&cfg) {
             Some(bootstrap::fetch_cluster(&cfg).await?)
         } else {
             None
         };
         let booted = bootstrap::boot(&cfg, joined)?;
+        let auth = crate::auth::AuthStore::open(&booted.kv, tokens, cfg.bcrypt_cost);
         let (applied_tx, applied_rx) = watch::channel(booted.kv.consistent_index());
         let shared = Arc::new(Shared {
             member_id: booted.member_id,
@@ -148,6 +154,7 @@ impl EtcdServer {
             kv: booted.kv.clone(),
             lessor: booted.lessor.clone(),
             alarms: alarms::Alarms::load(&booted.kv),
+            auth,
             wait: Wait::default(),
             members: RwLock::new(booted.members.clone()),
             removed: RwLock::new(booted.removed.clone()),
@@ -538,6 +545,10 @@ impl EtcdServer {
 
     pub fn kv(&self) -> &Arc<KvStore> {
         &self.shared.kv
+    }
+
+    pub fn auth(&self) -> &Arc<crate::auth::AuthStore> {
+        &self.shared.auth
     }
 
     pub fn lessor(&self) -> &Arc<Lessor> {

@@ -348,6 +348,7 @@ impl RaftLoop {
                     e,
                     &self.shared.lessor,
                     &self.shared.alarms,
+                    &self.shared.auth,
                     &mut effects,
                 );
                 let took = started.elapsed();
@@ -582,6 +583,7 @@ impl RaftLoop {
             .lessor
             .replace_with(super::bootstrap::leases_of(cfg, kv));
         self.shared.alarms.reload(kv);
+        self.shared.auth.reload(kv);
         let members = super::bootstrap::load_members(kv);
         let removed = super::bootstrap::load_removed(kv);
         for m in &members {

@@ -1,0 +1,621 @@
+// Auth end to end: the real Go etcdctl 3.4 drives users, roles, permissions (allowed and
+// denied) on the real etcd 3.4 and on ours with the same script; tokens expire and go stale;
+// auth state carries over from a real etcd's data dir and survives our restart.
+
+#[path = "../../common/tests/support/mod.rs"]
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use proto::etcdserverpb::{
+    AuthStatusRequest, AuthUserChangePasswordRequest, AuthenticateRequest, RangeRequest,
+    auth_client::AuthClient, kv_client::KvClient,
+};
+use support::RealEtcd;
+use tonic::{Code, Request};
+
+const OURS: &str = env!("CARGO_BIN_EXE_etcd");
+
+/// Runs the Go etcdctl; returns exit code, stdout and stderr without the client's retry log,
+/// with the server's own addresses and IDs replaced so two servers compare.
+fn ctl(e: &RealEtcd, args: &[&str], stdin: &str) -> String {
+    let out = e.etcdctl_stdin(args, stdin);
+    let err: Vec<String> = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter(|l| !l.contains("retry_interceptor") && !l.contains("\"level\":\"info\""))
+        .map(|l| match (l.find("\"ts\":"), l.find(",\"caller\"")) {
+            // The Go client's log lines carry a timestamp.
+            (Some(a), Some(b)) if a < b => format!("{}{}", &l[..a], &l[b + 1..]),
+            _ => l.to_string(),
+        })
+        .collect();
+    let text = format!(
+        "$ etcdctl {}\nrc={}\n{}{}",
+        args.join(" "),
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout),
+        err.join("\n")
+    );
+    let client = e.client_url.trim_start_matches("http://");
+    let peer = e.peer_url.trim_start_matches("http://");
+    let mut text = text.replace(client, "<CLIENT>").replace(peer, "<PEER>");
+    // Cluster and member IDs depend on the ports: blank them in JSON and member lists.
+    for key in ["\"cluster_id\":", "\"member_id\":"] {
+        while let Some(at) = text.find(key) {
+            let from = at + key.len();
+            let len = text[from..]
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(0);
+            text.replace_range(at..from + len, &key.replace(':', "=X"));
+        }
+    }
+    if let Some(line) = text.lines().find(|l| l.ends_with("<CLIENT>, false")) {
+        let id = line.split(',').next().unwrap_or("").to_string();
+        if !id.is_empty() {
+            text = text.replace(&id, "<ID>");
+        }
+    }
+    text
+}
+
+const ROOT: &str = "--user=root:rootpw";
+const ALICE: &str = "--user=alice:apw";
+
+/// The script both servers run: (args, stdin).
+fn script(dir: &Path) -> Vec<(Vec<String>, String)> {
+    let snap = format!("{}/denied.db", dir.display());
+    let snapshot_save = [ALICE, "snapshot", "save", snap.as_str()];
+    let steps: Vec<(&[&str], &str)> = vec![
+        // Enabling needs root with the root role (etcdctl adds the role itself).
+        (&["auth", "enable"], ""),
+        (&["user", "add", "root:rootpw"], ""),
+        (&["auth", "enable"], ""),
+        (&["role", "get", "root"], ""),
+        (&[ROOT, "role", "get", "root"], ""),
+        (&["put", "a", "1"], ""),
+        (&[ROOT, "put", "a", "1"], ""),
+        (&["--user=root:bad", "put", "a", "1"], ""),
+        (&["--user=nobody:bad", "put", "a", "1"], ""),
+        (&[ROOT, "user", "add", "nopw", "--no-password"], ""),
+        (&["--user=nopw:x", "get", "a"], ""),
+        (&[ROOT, "user", "add", "alice:apw"], ""),
+        (&[ROOT, "user", "add", "alice:apw"], ""),
+        (&[ROOT, "role", "add", "r1"], ""),
+        (&[ROOT, "role", "add", "r1"], ""),
+        (&[ROOT, "role", "grant-permission", "r1", "read", "k1"], ""),
+        (
+            &[ROOT, "role", "grant-permission", "r1", "write", "k2", "k5"],
+            "",
+        ),
+        (
+            &[
+                ROOT,
+                "role",
+                "grant-permission",
+                "r1",
+                "readwrite",
+                "--prefix",
+                "p/",
+            ],
+            "",
+        ),
+        (
+            &[
+                ROOT,
+                "role",
+                "grant-permission",
+                "r1",
+                "read",
+                "--from-key",
+                "z",
+            ],
+            "",
+        ),
+        // The same key again replaces the permission's type.
+        (&[ROOT, "role", "grant-permission", "r1", "write", "k1"], ""),
+        (&[ROOT, "role", "get", "r1"], ""),
+        (&[ROOT, "-w", "json", "role", "get", "r1"], ""),
+        (&[ROOT, "user", "grant-role", "alice", "r1"], ""),
+        (&[ROOT, "user", "grant-role", "alice", "r1"], ""),
+        (&[ROOT, "user", "grant-role", "alice", "nope"], ""),
+        (&[ROOT, "user", "grant-role", "bob", "r1"], ""),
+        (&[ROOT, "user", "list"], ""),
+        (&[ROOT, "role", "list"], ""),
+        // Keys, ranges, prefixes and open ends, allowed and denied.
+        (&[ALICE, "get", "k1"], ""),
+        (&[ALICE, "put", "k1", "v"], ""),
+        (&[ALICE, "put", "k2", "v"], ""),
+        (&[ALICE, "get", "k2"], ""),
+        (&[ALICE, "get", "k1", "k2"], ""),
+        (&[ALICE, "put", "p/x", "v"], ""),
+        (&[ALICE, "get", "--prefix", "p/"], ""),
+        (&[ALICE, "get", "--prefix", "p"], ""),
+        (&[ALICE, "get", "--from-key", "z"], ""),
+        (&[ALICE, "get", "--from-key", "y"], ""),
+        (&[ALICE, "get", "zz"], ""),
+        (&[ALICE, "del", "k3"], ""),
+        (&[ALICE, "del", "k2", "k5"], ""),
+        (&[ALICE, "del", "k2", "k6"], ""),
+        (&[ALICE, "del", "--prefix", "p/"], ""),
+        (&[ALICE, "put", "p/x", "v2"], ""),
+        (&[ALICE, "txn"], "\n\nput k1 x\n\n"),
+        (&[ALICE, "txn"], "value(\"k1\") = \"1\"\n\nput k2 x\n\n"),
+        (&[ALICE, "txn"], "value(\"p/x\") = \"v2\"\n\nget p/x\n\n"),
+        (
+            &[ALICE, "txn"],
+            "value(\"p/x\") = \"v2\"\n\nput p/y 1\n\nget k1\n\n",
+        ),
+        (&[ALICE, "watch", "k1"], ""),
+        (&[ALICE, "watch", "--prefix", "q"], ""),
+        (&[ALICE, "lock", "mylock", "echo", "hi"], ""),
+        (&[ALICE, "lock", "p/lock", "echo", "hi"], ""),
+        // Users see themselves and their roles; the rest is root's.
+        (&[ALICE, "user", "get", "alice"], ""),
+        (&[ALICE, "user", "get", "root"], ""),
+        (&[ALICE, "role", "get", "r1"], ""),
+        (&[ALICE, "role", "get", "root"], ""),
+        (&[ALICE, "user", "list"], ""),
+        (&[ALICE, "role", "add", "r9"], ""),
+        // Root-only maintenance and cluster calls; the open ones.
+        (&[ALICE, "endpoint", "hashkv"], ""),
+        (&["endpoint", "hashkv"], ""),
+        (&[ALICE, "defrag"], ""),
+        (&snapshot_save, ""),
+        (&[ALICE, "member", "list"], ""),
+        (
+            &[
+                ALICE,
+                "member",
+                "add",
+                "x",
+                "--peer-urls=http://127.0.0.1:1",
+            ],
+            "",
+        ),
+        (&[ALICE, "alarm", "list"], ""),
+        (&[ALICE, "compaction", "1"], ""),
+        (&[ROOT, "get", "--prefix", "p/"], ""),
+        (&[ROOT, "defrag"], ""),
+        // etcd's guards on root and its errors.
+        (&[ROOT, "user", "delete", "root"], ""),
+        (&[ROOT, "user", "revoke-role", "root", "root"], ""),
+        (&[ROOT, "role", "delete", "root"], ""),
+        (&[ROOT, "user", "revoke-role", "alice", "nope"], ""),
+        (&[ROOT, "role", "revoke-permission", "r1", "nope"], ""),
+        (&[ROOT, "role", "revoke-permission", "r1", "k1"], ""),
+        (&[ROOT, "role", "revoke-permission", "r1", "k1"], ""),
+        (&[ALICE, "put", "k1", "v"], ""),
+        (&[ROOT, "role", "get", "nope"], ""),
+        (&[ROOT, "user", "get", "nope"], ""),
+        (&[ROOT, "user", "delete", "nope"], ""),
+        (
+            &[ROOT, "user", "passwd", "alice", "--interactive=false"],
+            "apw2\n",
+        ),
+        (&[ALICE, "get", "p/x"], ""),
+        (&["--user=alice:apw2", "get", "p/x"], ""),
+        (&[ROOT, "role", "delete", "r1"], ""),
+        (&[ROOT, "user", "get", "alice"], ""),
+        (&["--user=alice:apw2", "get", "p/x"], ""),
+        (&[ROOT, "user", "delete", "alice"], ""),
+        (&["--user=alice:apw2", "get", "p/x"], ""),
+        (&[ROOT, "user", "list"], ""),
+        (&[ROOT, "auth", "disable"], ""),
+        (&[ROOT, "auth", "disable"], ""),
+        (&["auth", "disable"], ""),
+        (&["get", "a"], ""),
+        (&["user", "get", "root"], ""),
+    ];
+    steps
+        .into_iter()
+        .map(|(a, i)| (a.iter().map(|s| s.to_string()).collect(), i.to_string()))
+        .collect()
+}
+
+fn run_script(e: &RealEtcd, dir: &Path) -> Vec<String> {
+    script(dir)
+        .iter()
+        .map(|(args, input)| {
+            let a: Vec<&str> = args.iter().map(String::as_str).collect();
+            ctl(e, &a, input)
+        })
+        .collect()
+}
+
+/// The same script on a fresh real etcd 3.4 and a fresh etcd-rs: every output and exit code
+/// must be equal.
+#[test]
+fn go_etcdctl_auth_script_matches_etcd() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (real_dir, ours_dir) = (dir.path().join("real"), dir.path().join("ours"));
+    let real_out = dir.path().join("real-out");
+    let ours_out = dir.path().join("ours-out");
+    std::fs::create_dir_all(&real_out).expect("mkdir");
+    std::fs::create_dir_all(&ours_out).expect("mkdir");
+    // Both servers at once: the script is long and each step waits on a server.
+    let real = std::thread::spawn(move || {
+        let e = RealEtcd::start(&real_dir, "default");
+        run_script(&e, &real_out)
+    });
+    let ours_e = RealEtcd::start_bin(OURS, &ours_dir, "default", &[]);
+    let ours = run_script(&ours_e, &ours_out);
+    let real = real.join().expect("real etcd script");
+    let mut diffs = Vec::new();
+    for (r, o) in real.iter().zip(&ours) {
+        let norm = |s: &str| s.replace("real-out", "OUT").replace("ours-out", "OUT");
+        if norm(r) != norm(o) {
+            diffs.push(format!("--- etcd 3.4:\n{r}\n--- etcd-rs:\n{o}"));
+        }
+    }
+    assert!(
+        diffs.is_empty(),
+        "{} differences:\n{}",
+        diffs.len(),
+        diffs.join("\n\n")
+    );
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+fn with_token<T>(msg: T, token: &str) -> Request<T> {
+    let mut r = Request::new(msg);
+    r.metadata_mut()
+        .insert("token", token.parse().expect("token as metadata"));
+    r
+}
+
+async fn token(url: &str, name: &str, password: &str) -> String {
+    let mut c = AuthClient::connect(url.to_string()).await.expect("connect");
+    c.authenticate(AuthenticateRequest {
+        name: name.into(),
+        password: password.into(),
+    })
+    .await
+    .expect("authenticate")
+    .into_inner()
+    .token
+}
+
+async fn range(url: &str, token: &str, key: &str) -> Result<(), tonic::Status> {
+    let mut kv = KvClient::connect(url.to_string()).await.expect("connect");
+    kv.range(with_token(
+        RangeRequest {
+            key: key.into(),
+            ..Default::default()
+        },
+        token,
+    ))
+    .await
+    .map(|_| ())
+}
+
+/// root with the root role, alice with read on `k`, auth on.
+fn setup_users(e: &RealEtcd) {
+    for args in [
+        vec!["user", "add", "root:rootpw"],
+        vec!["user", "grant-role", "root", "root"],
+        vec!["user", "add", "alice:apw"],
+        vec!["role", "add", "r1"],
+        vec!["role", "grant-permission", "r1", "read", "k"],
+        vec!["user", "grant-role", "alice", "r1"],
+        vec!["auth", "enable"],
+    ] {
+        e.etcdctl_ok(&args);
+    }
+}
+
+/// Simple tokens: etcd's shape, expiry after --auth-token-ttl without use, dropped when the
+/// password changes and when auth is disabled. Run on the real etcd 3.4 too, as the oracle.
+fn simple_token_lifecycle(bin: &str) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let e = RealEtcd::start_bin(
+        bin,
+        &dir.path().join("d"),
+        "default",
+        &["--auth-token-ttl=2"],
+    );
+    setup_users(&e);
+    let url = e.client_url.clone();
+    rt().block_on(async {
+        let t = token(&url, "alice", "apw").await;
+        let (prefix, index) = t.split_once('.').expect("simple token has a dot");
+        assert_eq!(prefix.len(), 16, "{bin}: token {t}");
+        assert!(
+            prefix.chars().all(|c| c.is_ascii_alphabetic()),
+            "{bin}: {t}"
+        );
+        assert!(index.parse::<u64>().is_ok(), "{bin}: {t}");
+        range(&url, &t, "k").await.expect("alice reads k");
+        let denied = range(&url, &t, "other")
+            .await
+            .expect_err("alice may not read other");
+        assert_eq!(denied.code(), Code::PermissionDenied);
+        assert_eq!(denied.message(), "etcdserver: permission denied");
+        // A lease with a key on it expires with auth on: the server revokes it as root.
+        let granted = e.etcdctl_ok(&["--user=root:rootpw", "lease", "grant", "2"]);
+        let id = granted
+            .split_whitespace()
+            .nth(1)
+            .expect("lease id")
+            .to_string();
+        e.etcdctl_ok(&[
+            "--user=root:rootpw",
+            "put",
+            "lk",
+            "v",
+            &format!("--lease={id}"),
+        ]);
+        // Unused for longer than the TTL: gone.
+        tokio::time::sleep(Duration::from_millis(3500)).await;
+        let expired = range(&url, &t, "k").await.expect_err("expired token");
+        assert_eq!(expired.code(), Code::Unauthenticated, "{bin}");
+        assert_eq!(expired.message(), "etcdserver: invalid auth token");
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        while !e
+            .etcdctl_ok(&["--user=root:rootpw", "get", "lk"])
+            .is_empty()
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{bin}: the expired lease's key is still there"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        // A password change drops the user's tokens.
+        let t = token(&url, "alice", "apw").await;
+        let root = token(&url, "root", "rootpw").await;
+        AuthClient::connect(url.clone())
+            .await
+            .expect("connect")
+            .user_change_password(with_token(
+                AuthUserChangePasswordRequest {
+                    name: "alice".into(),
+                    password: "apw2".into(),
+                    hashed_password: String::new(),
+                },
+                &root,
+            ))
+            .await
+            .expect("change password");
+        let err = range(&url, &t, "k")
+            .await
+            .expect_err("token of old password");
+        assert_eq!(err.message(), "etcdserver: invalid auth token", "{bin}");
+        let t = token(&url, "alice", "apw2").await;
+        range(&url, &t, "k").await.expect("new password works");
+        // No token at all with auth on.
+        let mut kv = KvClient::connect(url.clone()).await.expect("connect");
+        let anon = kv
+            .range(RangeRequest {
+                key: b"k".to_vec(),
+                ..Default::default()
+            })
+            .await
+            .expect_err("anonymous read");
+        assert_eq!(anon.message(), "etcdserver: user name is empty", "{bin}");
+        assert_eq!(anon.code(), Code::InvalidArgument);
+    });
+    e.etcdctl_ok(&["--user=root:rootpw", "auth", "disable"]);
+    rt().block_on(async {
+        let mut c = AuthClient::connect(url.clone()).await.expect("connect");
+        let err = c
+            .authenticate(AuthenticateRequest {
+                name: "root".into(),
+                password: "rootpw".into(),
+            })
+            .await
+            .expect_err("auth is off");
+        assert_eq!(err.message(), "etcdserver: authentication is not enabled");
+        assert_eq!(err.code(), Code::FailedPrecondition);
+    });
+}
+
+#[test]
+fn simple_tokens_expire_and_die_with_password_changes() {
+    let real = std::thread::spawn(|| simple_token_lifecycle("etcd"));
+    simple_token_lifecycle(OURS);
+    real.join().expect("the same on the real etcd 3.4");
+}
+
+/// JWT tokens carry the auth revision: any auth change makes older tokens "old" until the
+/// client authenticates again; the Go etcdctl works against a JWT server.
+fn jwt_lifecycle(bin: &str, dir: &Path, name: &str) {
+    let (key, pub_key) = (dir.join("jwt.key"), dir.join("jwt.pub"));
+    let spec = format!(
+        "--auth-token=jwt,pub-key={},priv-key={},sign-method=RS256,ttl=10m",
+        pub_key.display(),
+        key.display()
+    );
+    let e = RealEtcd::start_bin(bin, &dir.join(name), "default", &[&spec]);
+    setup_users(&e);
+    let url = e.client_url.clone();
+    rt().block_on(async {
+        let t = token(&url, "alice", "apw").await;
+        assert_eq!(t.split('.').count(), 3, "{bin}: a JWT has three parts: {t}");
+        range(&url, &t, "k").await.expect("alice reads k");
+        e.etcdctl_ok(&["--user=root:rootpw", "role", "add", "r2"]);
+        let stale = range(&url, &t, "k")
+            .await
+            .expect_err("token of an older revision");
+        assert_eq!(
+            stale.message(),
+            "etcdserver: revision of auth store is old",
+            "{bin}"
+        );
+        assert_eq!(stale.code(), Code::InvalidArgument);
+        let t = token(&url, "alice", "apw").await;
+        range(&url, &t, "k").await.expect("a fresh token works");
+        let forged = format!("{}x", &t[..t.len() - 1]);
+        let bad = range(&url, &forged, "k").await.expect_err("forged");
+        assert_eq!(bad.message(), "etcdserver: invalid auth token", "{bin}");
+    });
+    let out = e.etcdctl_ok(&["--user=alice:apw", "get", "k", "--print-value-only"]);
+    assert_eq!(out, "", "{bin}");
+}
+
+#[test]
+fn jwt_tokens_carry_the_auth_revision() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key = dir.path().join("jwt.key");
+    let ok = std::process::Command::new("openssl")
+        .args(["genrsa", "-out"])
+        .arg(&key)
+        .arg("2048")
+        .output()
+        .expect("run openssl")
+        .status
+        .success();
+    assert!(ok, "openssl genrsa failed");
+    let ok = std::process::Command::new("openssl")
+        .args(["rsa", "-pubout", "-in"])
+        .arg(&key)
+        .arg("-out")
+        .arg(dir.path().join("jwt.pub"))
+        .output()
+        .expect("run openssl")
+        .status
+        .success();
+    assert!(ok, "openssl rsa -pubout failed");
+    let d = dir.path().to_path_buf();
+    let real = std::thread::spawn(move || jwt_lifecycle("etcd", &d, "real"));
+    jwt_lifecycle(OURS, dir.path(), "ours");
+    real.join().expect("the same on the real etcd 3.4");
+}
+
+async fn auth_status(url: &str, root: &str) -> (bool, u64) {
+    let mut c = AuthClient::connect(url.to_string()).await.expect("connect");
+    let s = c
+        .auth_status(with_token(AuthStatusRequest {}, root))
+        .await
+        .expect("auth status")
+        .into_inner();
+    (s.enabled, s.auth_revision)
+}
+
+/// Users, roles and the enabled flag written by a real etcd 3.4 are ours after taking over its
+/// data dir (auth revision included), and stay after our own restart.
+#[test]
+fn auth_carries_over_from_etcd_and_survives_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("d");
+    let mut e = RealEtcd::start(&data, "default");
+    setup_users(&e);
+    let role_before = e.etcdctl_ok(&["--user=root:rootpw", "role", "get", "r1"]);
+    e.stop();
+    e.restart(OURS, &[]);
+    let check = |e: &RealEtcd| {
+        assert_eq!(
+            e.etcdctl_ok(&["--user=root:rootpw", "role", "get", "r1"]),
+            role_before
+        );
+        assert_eq!(
+            e.etcdctl_ok(&["--user=root:rootpw", "user", "get", "alice"]),
+            "User: alice\nRoles: r1\n"
+        );
+        e.etcdctl_ok(&["--user=alice:apw", "get", "k"]);
+        let denied = e.etcdctl(&["--user=alice:apw", "put", "k", "v"]);
+        assert!(!denied.status.success());
+        assert!(String::from_utf8_lossy(&denied.stderr).contains("etcdserver: permission denied"));
+        let anon = e.etcdctl(&["get", "k"]);
+        assert!(String::from_utf8_lossy(&anon.stderr).contains("etcdserver: user name is empty"));
+    };
+    check(&e);
+    // etcd's revision after these 7 changes, read from its own db by us.
+    let url = e.client_url.clone();
+    let revision_from_etcd = rt().block_on(async {
+        let root = token(&url, "root", "rootpw").await;
+        auth_status(&url, &root).await
+    });
+    e.etcdctl_ok(&["--user=root:rootpw", "role", "add", "r2"]);
+    e.stop();
+    e.restart(OURS, &[]);
+    check(&e);
+    let after = rt().block_on(async {
+        let root = token(&url, "root", "rootpw").await;
+        auth_status(&url, &root).await
+    });
+    assert_eq!(after, (true, revision_from_etcd.1 + 1));
+    // The same changes on a fresh etcd-rs reach the same revision as etcd's.
+    let fresh = RealEtcd::start_bin(OURS, &dir.path().join("fresh"), "default", &[]);
+    setup_users(&fresh);
+    let url = fresh.client_url.clone();
+    let ours = rt().block_on(async {
+        let root = token(&url, "root", "rootpw").await;
+        auth_status(&url, &root).await
+    });
+    assert_eq!(ours, revision_from_etcd);
+}
+
+/// The answer to a watch on a key the user may not read, field by field.
+fn denied_watch(bin: &str) -> (i64, bool, bool, String, i64) {
+    use proto::etcdserverpb::{
+        WatchCreateRequest, WatchRequest, watch_client::WatchClient, watch_request::RequestUnion,
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let e = RealEtcd::start_bin(bin, &dir.path().join("d"), "default", &[]);
+    setup_users(&e);
+    let url = e.client_url.clone();
+    rt().block_on(async {
+        let t = token(&url, "alice", "apw").await;
+        let mut w = WatchClient::connect(url.clone()).await.expect("connect");
+        let create = |key: &str, id: i64| WatchRequest {
+            request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
+                key: key.into(),
+                watch_id: id,
+                ..Default::default()
+            })),
+        };
+        let reqs = vec![create("other", 0), create("k", 0)];
+        let mut resp = w
+            .watch(with_token(tokio_stream::iter(reqs), &t))
+            .await
+            .expect("watch stream")
+            .into_inner();
+        let denied = resp.message().await.expect("answer").expect("an answer");
+        let allowed = resp.message().await.expect("answer").expect("an answer");
+        assert!(allowed.created && !allowed.canceled, "{bin}: {allowed:?}");
+        (
+            denied.watch_id,
+            denied.created,
+            denied.canceled,
+            denied.cancel_reason,
+            allowed.watch_id,
+        )
+    })
+}
+
+#[test]
+fn a_denied_watch_is_answered_as_etcd_does() {
+    let real = std::thread::spawn(|| denied_watch("etcd"));
+    let ours = denied_watch(OURS);
+    assert_eq!(ours, real.join().expect("real etcd"));
+}
+
+/// A bad --auth-token is refused before anything is written.
+#[test]
+fn bad_auth_token_flags_stop_the_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("d");
+    for spec in [
+        "bogus",
+        "jwt,sign-method=RS256",
+        "jwt,pub-key=/nonexistent,sign-method=RS256",
+    ] {
+        let out = std::process::Command::new(OURS)
+            .arg("--data-dir")
+            .arg(&data)
+            .arg(format!("--auth-token={spec}"))
+            .output()
+            .expect("run etcd");
+        assert_eq!(out.status.code(), Some(1), "{spec}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--auth-token"), "{spec}: {err}");
+        assert!(!data.exists(), "{spec}: the data dir was created");
+    }
+}

@@ -294,6 +294,54 @@ fn client_cert_auth_admits_signed_clients_only() {
         let revoked = try_client(url, Some((&pki.revoked_cert, &pki.revoked_key)), &pki.ca);
         assert_eq!(revoked, (false, String::new()), "{who}: revoked client");
     }
+    // With auth on, a client certificate's CN is the user (no --user needed), as etcd's.
+    let as_alice = |url: &str, args: &[&str]| {
+        let mut a = vec![
+            "--cacert",
+            s(&pki.ca),
+            "--cert",
+            s(&pki.client_cert),
+            "--key",
+            s(&pki.client_key),
+        ];
+        a.extend_from_slice(args);
+        let out = etcdctl(url, &a);
+        // The Go client's retry log lines carry times and ids; its last line is the error.
+        let err = String::from_utf8_lossy(&out.stderr);
+        format!(
+            "{}|{}|{}",
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).trim(),
+            err.trim().lines().last().unwrap_or_default()
+        )
+    };
+    let mut seen = Vec::new();
+    for url in [&ours.url, &real.url] {
+        for step in [
+            &["user", "add", "root:rootpw"][..],
+            &["user", "grant-role", "root", "root"],
+            &["user", "add", "alice", "--new-user-password", "x"],
+            &["role", "add", "k-writer"],
+            &["role", "grant-permission", "k-writer", "readwrite", "k"],
+            &["user", "grant-role", "alice", "k-writer"],
+            &["auth", "enable"],
+        ] {
+            assert!(as_alice(url, step).starts_with("true|"), "{step:?}");
+        }
+        seen.push((
+            as_alice(url, &["put", "k", "by-cn"]),
+            as_alice(url, &["put", "other", "x"]),
+            as_alice(url, &["get", "k", "--print-value-only"]),
+        ));
+    }
+    assert_eq!(seen[0], seen[1], "ours vs etcd 3.4");
+    assert!(seen[0].0.starts_with("true|OK"), "{:?}", seen[0]);
+    assert!(
+        seen[0].1.contains("etcdserver: permission denied"),
+        "{:?}",
+        seen[0]
+    );
+    assert_eq!(seen[0].2, "true|by-cn|");
     // HTTP/1.1 over TLS on the same port.
     let (status, body) = https_get(&ours.url, "/health", &pki);
     assert_eq!(status, "HTTP/1.1 200 OK");

@@ -36,6 +36,18 @@ pub fn auth_info<T>(server: &EtcdServer, req: &Request<T>) -> Result<Option<Auth
         .find_map(|k| md.get(*k))
         .and_then(|v| v.to_str().ok())
     else {
+        // etcd's certificate users: with --client-cert-auth and no token, the verified
+        // client certificate's CN is the user, at the current auth revision.
+        let auth = server.auth();
+        if server.cfg().client_cert_auth
+            && auth.is_enabled()
+            && let Some(cn) = crate::tls::client_cert_cn(req)
+        {
+            return Ok(Some(AuthInfo {
+                username: cn.to_string(),
+                revision: auth.revision(),
+            }));
+        }
         return Ok(None);
     };
     match server.auth().info_from_token(token) {

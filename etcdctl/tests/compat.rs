@@ -220,7 +220,9 @@ fn cluster_and_maintenance_commands_match_etcdctl() {
         anyorder(&["member", "list", "-w", "json"]),
         err(&["member", "promote", "{M2}"]),
         step(&["member", "update", "{M2}", "--peer-urls=http://127.0.0.1:2"]),
-        anyorder(&[
+        // etcd 3.4 drops isLearner when a learner's peer URLs change (fixed in 3.5); ours
+        // keeps it, so only the exit code is compared.
+        code(&[
             "member",
             "update",
             "{M2}",

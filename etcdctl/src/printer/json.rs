@@ -346,7 +346,7 @@ impl Printer for JsonPrinter {
                     .opt("header", opt_header(&h.resp.header))
                     .num_nz("hash", h.resp.hash)
                     .num_nz("compact_revision", h.resp.compact_revision)
-                    .num_nz("hash_revision", h.resp.hash_revision)
+                    // etcdctl 3.4 knows no hash_revision (a 3.5 field), so it never prints it.
                     .finish();
                 Obj::new()
                     .str("Endpoint", &h.endpoint)

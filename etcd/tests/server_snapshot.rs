@@ -64,3 +64,52 @@ fn snapshot_count_makes_snapshots_and_restart_uses_them() {
         assert_eq!(r.header.unwrap().revision, 1001);
     });
 }
+
+#[test]
+fn wal_segments_beyond_max_wals_are_purged_after_snapshots() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("ours");
+    let flags = ["--snapshot-count", "10", "--max-wals", "1"];
+    let mut ours = RealEtcd::start_bin(OURS, &dir, "node", &flags);
+    let url = ours.client_url.clone();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    // ~150 MB of entries: two cuts of the 64 MB segments, snapshots all along.
+    rt.block_on(async {
+        let mut c = KvClient::connect(url.clone()).await.unwrap();
+        for i in 0..150 {
+            c.put(PutRequest {
+                key: format!("big-{i:03}").into_bytes(),
+                value: vec![b'x'; 1 << 20],
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        }
+    });
+    let wals = || -> usize {
+        std::fs::read_dir(dir.join("member/wal"))
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".wal"))
+            .count()
+    };
+    assert_eq!(wals(), 1, "segments left beyond --max-wals 1");
+    let log = std::fs::read_to_string(dir.with_extension("log")).unwrap();
+    assert!(log.contains("purged file"), "no purge logged");
+    // What remains restarts with every key.
+    ours.restart(OURS, &flags);
+    rt.block_on(async {
+        let mut c = KvClient::connect(url).await.unwrap();
+        let r = c
+            .range(RangeRequest {
+                key: b"big-".to_vec(),
+                range_end: b"big.".to_vec(),
+                count_only: true,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(r.count, 150);
+    });
+}

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs what the tests need from Debian when it is missing: the real etcd 3.4 server and Go
-# etcdctl (the compatibility oracle). Safe to run again; does nothing when all is present.
+# etcdctl (the compatibility oracle), and curl (HTTP checks). Safe to run again; does nothing
+# when all is present.
 set -euo pipefail
 missing=()
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
+command -v curl >/dev/null 2>&1 || missing+=(curl)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"

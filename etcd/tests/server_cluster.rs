@@ -413,6 +413,29 @@ fn endpoint_status_and_health_across_the_cluster_and_move_leader() {
         "{hashes:?}"
     );
 
+    // The peer round-trip histogram fills from the transport's probes (every 5s).
+    let metrics_url = format!("{}/metrics", c.nodes[0].client_url);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let out = std::process::Command::new("curl")
+            .args(["-s", &metrics_url])
+            .output()
+            .expect("curl");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let samples = text
+            .lines()
+            .filter(|l| l.starts_with("etcd_network_peer_round_trip_time_seconds_count{"))
+            .count();
+        if samples == 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no peer round-trip samples: {samples}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
     // move-leader to a follower, sent to the leader as etcdctl does.
     let leader = c.leader(Duration::from_secs(5));
     let target = (leader + 1) % 3;

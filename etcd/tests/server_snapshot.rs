@@ -1,5 +1,5 @@
 // Snapshots by --snapshot-count: writes produce .snap files (at most --max-snapshots kept),
-// and a restart starts from the newest snapshot with every key there.
+// WAL segments beyond --max-wals are purged, and a restart starts from the newest snapshot.
 
 #[path = "../../common/tests/support/mod.rs"]
 mod support;

@@ -113,6 +113,8 @@ pub async fn run(
             }
         };
         let (btx, brx) = mpsc::channel::<RaftBatch>(64);
+        // etcd's peer round-trip probe, every 5s while the stream is up.
+        let probe = tokio::spawn(probe_rtt(id, PeerClient::new(ch.clone()), local.clone()));
         let mut client = PeerClient::new(ch)
             .max_decoding_message_size(usize::MAX)
             .max_encoding_message_size(usize::MAX);
@@ -126,6 +128,7 @@ pub async fn run(
         loop {
             let Some(first) = rx.recv().await else {
                 call.abort();
+                probe.abort();
                 return;
             };
             let mut messages = vec![first];
@@ -140,6 +143,7 @@ pub async fn run(
             }
         }
         connected.store(false, Ordering::Relaxed);
+        probe.abort();
         let lived = opened.elapsed() >= Duration::from_secs(1);
         if lived {
             // The stream worked for a while: the next trouble is news again.
@@ -169,6 +173,19 @@ pub async fn run(
             (backoff * 2).min(MAX_BACKOFF)
         };
         tokio::time::sleep(backoff).await;
+    }
+}
+
+/// Measures the round trip of a small call to peer `id` every few seconds for the
+/// etcd_network_peer_round_trip_time_seconds histogram.
+async fn probe_rtt(id: u64, mut client: PeerClient<Channel>, local: Local) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let started = std::time::Instant::now();
+        let req = request(&local, proto::peerpb::MembersRequest {});
+        if client.members(req).await.is_ok() {
+            crate::metrics::observe_peer_rtt(id, started.elapsed());
+        }
     }
 }
 

@@ -276,18 +276,7 @@ fn join_member(cfg: &Config, j: Joined) -> Result<Booted, BootError> {
         )));
     }
     let kv = open_store(cfg)?;
-    let metadata = Metadata {
-        node_id: me.id,
-        cluster_id: j.cluster_id,
-    }
-    .encode_to_vec();
-    let wal_dir = cfg.wal_dir();
-    let wal = Wal::create_with(&wal_dir, &metadata, wal_options(cfg)).map_err(|source| {
-        BootError::Wal {
-            dir: wal_dir.display().to_string(),
-            source,
-        }
-    })?;
+    let wal = create_wal(cfg, me.id, j.cluster_id)?;
     let node = RawNode::new(&raft_config(cfg, me.id, 0), MemStorage::new())?;
     tracing::info!(
         local_member_id = %membership::id_hex(me.id),
@@ -324,18 +313,7 @@ fn new_member(cfg: &Config) -> Result<Booted, BootError> {
     let ids: Vec<u64> = members.iter().map(|m| m.id).collect();
     let cluster_id = membership::cluster_id(&ids);
     let kv = open_store(cfg)?;
-    let metadata = Metadata {
-        node_id: me.id,
-        cluster_id,
-    }
-    .encode_to_vec();
-    let wal_dir = cfg.wal_dir();
-    let wal = Wal::create_with(&wal_dir, &metadata, wal_options(cfg)).map_err(|source| {
-        BootError::Wal {
-            dir: wal_dir.display().to_string(),
-            source,
-        }
-    })?;
+    let wal = create_wal(cfg, me.id, cluster_id)?;
     let mut node = RawNode::new(&raft_config(cfg, me.id, 0), MemStorage::new())?;
     node.bootstrap(&bootstrap_peers(&members))?;
     tracing::info!(
@@ -355,6 +333,20 @@ fn new_member(cfg: &Config) -> Result<Booted, BootError> {
         removed: BTreeSet::new(),
         snapshot_index: 0,
         conf_state: Default::default(),
+    })
+}
+
+/// A new member's WAL, its metadata naming the member and its cluster.
+fn create_wal(cfg: &Config, node_id: u64, cluster_id: u64) -> Result<Wal, BootError> {
+    let metadata = Metadata {
+        node_id,
+        cluster_id,
+    }
+    .encode_to_vec();
+    let wal_dir = cfg.wal_dir();
+    Wal::create_with(&wal_dir, &metadata, wal_options(cfg)).map_err(|source| BootError::Wal {
+        dir: wal_dir.display().to_string(),
+        source,
     })
 }
 

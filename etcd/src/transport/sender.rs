@@ -94,7 +94,9 @@ pub async fn run(
     connected: Arc<AtomicBool>,
 ) {
     let mut backoff = MIN_BACKOFF;
+    // Each kind of trouble is logged once until a stream works again.
     let mut logged_down = false;
+    let mut logged_refusal = false;
     loop {
         let targets = urls.read().unwrap_or_else(|e| e.into_inner()).clone();
         let ch = match connect(&targets, local.dial_timeout, local.tls.as_ref()).await {
@@ -148,6 +150,7 @@ pub async fn run(
         if lived {
             // The stream worked for a while: the next trouble is news again.
             logged_down = false;
+            logged_refusal = false;
         }
         match call.await {
             Ok(Err(s)) if is_removed(&s) => {
@@ -156,7 +159,8 @@ pub async fn run(
                 return;
             }
             // Another cluster (a different --initial-cluster or token): said once.
-            Ok(Err(s)) if s.code() == tonic::Code::FailedPrecondition && !logged_down => {
+            Ok(Err(s)) if s.code() == tonic::Code::FailedPrecondition && !logged_refusal => {
+                logged_refusal = true;
                 tracing::error!(remote_peer_id = %id_hex(id), error = %s.message(), "peer refused our messages; check --initial-cluster and --initial-cluster-token on both members");
             }
             Ok(Err(s)) if s.code() != tonic::Code::FailedPrecondition && !logged_down => {

@@ -285,21 +285,39 @@ pub struct Cluster {
     pub nodes: Vec<Node>,
 }
 
+/// `n` members m1..mN of a new cluster, not started: `adjust` may change each one (URLs,
+/// flags) before their --initial-cluster is written from what they became.
+pub fn members(
+    dir: &Path,
+    n: usize,
+    proxied: bool,
+    extra: &[&str],
+    adjust: impl Fn(&mut Node),
+) -> Vec<Node> {
+    std::fs::create_dir_all(dir).expect("create the cluster's dir");
+    let mut nodes: Vec<Node> = (1..=n)
+        .map(|i| Node::new(dir, &format!("m{i}"), proxied))
+        .collect();
+    for m in &mut nodes {
+        m.extra = extra.iter().map(|s| s.to_string()).collect();
+        adjust(m);
+    }
+    let ic = nodes
+        .iter()
+        .map(|m| format!("{}={}", m.name, m.advertise_peer))
+        .collect::<Vec<_>>()
+        .join(",");
+    for m in &mut nodes {
+        m.initial_cluster = ic.clone();
+    }
+    nodes
+}
+
 impl Cluster {
     /// Starts `n` members of `bin` with `extra` flags and waits until all are healthy.
     pub fn start(bin: &str, dir: &Path, n: usize, proxied: bool, extra: &[&str]) -> Cluster {
-        std::fs::create_dir_all(dir).expect("create the cluster's dir");
-        let mut nodes: Vec<Node> = (1..=n)
-            .map(|i| Node::new(dir, &format!("m{i}"), proxied))
-            .collect();
-        let ic = nodes
-            .iter()
-            .map(|m| format!("{}={}", m.name, m.advertise_peer))
-            .collect::<Vec<_>>()
-            .join(",");
+        let mut nodes = members(dir, n, proxied, extra, |_| {});
         for m in &mut nodes {
-            m.initial_cluster = ic.clone();
-            m.extra = extra.iter().map(|s| s.to_string()).collect();
             m.spawn(bin);
         }
         for m in &mut nodes {

@@ -654,3 +654,43 @@ fn members_talk_over_tls_with_peer_auto_tls() {
         &buf[..n]
     );
 }
+
+#[test]
+fn five_members_survive_the_loss_of_two() {
+    let dir = tmp();
+    let mut c = Cluster::start(OURS, dir.path(), 5, false, FAST);
+    c.nodes[4].etcdctl_ok(&["put", "five", "1"]);
+    // Two members die, the leader among them when it can be: three of five keep a quorum.
+    let leader = c.leader(Duration::from_secs(5));
+    let other = (leader + 1) % 5;
+    c.nodes[leader].kill9();
+    c.nodes[other].kill9();
+    let alive: Vec<usize> = (0..5).filter(|i| *i != leader && *i != other).collect();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !c.nodes[alive[0]]
+        .etcdctl(&["put", "five", "2"])
+        .status
+        .success()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "three of five members did not serve"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for i in &alive {
+        assert_eq!(
+            c.nodes[*i]
+                .etcdctl_ok(&["get", "five", "--print-value-only"])
+                .trim(),
+            "2"
+        );
+    }
+    // The two come back and catch up.
+    for i in [leader, other] {
+        c.nodes[i].spawn(OURS);
+        c.nodes[i].wait_local("five", "2", Duration::from_secs(20));
+    }
+    let list = c.nodes[0].etcdctl_ok(&["member", "list"]);
+    assert_eq!(list.lines().count(), 5, "{list}");
+}

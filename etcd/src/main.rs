@@ -172,21 +172,9 @@ fn run(cfg: Config) -> Result<(), String> {
 }
 
 /// The client listeners' TLS, when any client or metrics URL is https (the metrics port uses
-/// the client certificate, as etcd's). Also checks the --peer-* files early, so a bad peer
-/// setting stops the start now rather than when the peer transport first needs it.
+/// the client certificate, as etcd's). The peer side is built by transport::peer_tls.
 fn client_tls(cfg: &etcd::config::Config) -> Result<Option<etcd::tls::TlsServer>, String> {
     use etcd::tls::{Side, TlsInfo, TlsServer, is_tls_scheme, url_hosts};
-    // With https peer URLs the peer side is built now: the files are checked, and
-    // --peer-auto-tls writes <data-dir>/fixtures/peer as etcd does, even for one member.
-    let peer = TlsInfo::peer(cfg);
-    if cfg.listen_peer_urls.iter().any(is_tls_scheme) {
-        TlsServer::new(
-            &peer,
-            Side::Peer,
-            &cfg.data_dir,
-            &url_hosts(&cfg.listen_peer_urls),
-        )?;
-    }
     let urls: Vec<_> = cfg
         .listen_client_urls
         .iter()

@@ -138,18 +138,8 @@ impl Maintenance for MaintenanceService {
     async fn hash_kv(&self, r: Request<HashKvRequest>) -> Result<Response<HashKvResponse>, Status> {
         super::auth::check_maintenance_admin(&self.server, &r)?;
         let rev = r.into_inner().revision;
-        let store = self.server.kv().clone();
-        let (hash, hashed, compact) = tokio::task::spawn_blocking(move || store.hash_kv(rev))
-            .await
-            .map_err(|e| Status::internal(e.to_string()))?
-            .map_err(crate::apply::kv::mvcc_error)?;
-        Ok(Response::new(HashKvResponse {
-            header: self.server.header(self.server.kv().current_rev()),
-            hash,
-            // etcd reports -1 until the first compaction.
-            compact_revision: if compact == 0 { -1 } else { compact },
-            hash_revision: hashed,
-        }))
+        let resp = crate::server::corrupt::local_hash(&self.server, rev).await?;
+        Ok(Response::new(resp))
     }
 
     type SnapshotStream = Pin<Box<dyn Stream<Item = Result<SnapshotResponse, Status>> + Send>>;

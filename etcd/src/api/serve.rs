@@ -31,7 +31,7 @@ use crate::server::EtcdServer;
 use crate::tls::{ClientCertCn, TlsServer};
 
 /// gRPC framing and metadata on top of a request (etcd's grpcOverheadBytes).
-const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
+pub const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
 /// How long a TLS handshake may take before the connection is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a stop waits for open connections (watch streams never end by themselves).

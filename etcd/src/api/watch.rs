@@ -347,7 +347,7 @@ impl StreamState {
                     ..Default::default()
                 };
                 // etcd's limit: the request limit plus its allowance for gRPC overhead.
-                let limit = self.server.cfg().max_request_bytes + 512 * 1024;
+                let limit = self.server.cfg().max_request_bytes + super::serve::GRPC_OVERHEAD_BYTES;
                 for part in fragments(resp, fragment, limit) {
                     if !self.send(part).await {
                         return false;

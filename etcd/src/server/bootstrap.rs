@@ -169,11 +169,12 @@ pub async fn fetch_cluster(cfg: &Config) -> Result<Joined, BootError> {
         .map(|(_, u)| u.as_str().to_string())
         .filter(|u| !mine.contains(u))
         .collect();
+    let tls = crate::transport::peer_tls::client_config(cfg).map_err(BootError::Config)?;
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
     let mut last = String::from("no peer URLs in --initial-cluster besides this member's");
     while !urls.is_empty() {
         for u in &urls {
-            match ask_members(u, cfg).await {
+            match ask_members(u, tls.as_ref()).await {
                 Ok(j) => return Ok(j),
                 Err(e) => last = format!("{u}: {e}"),
             }
@@ -188,13 +189,12 @@ pub async fn fetch_cluster(cfg: &Config) -> Result<Joined, BootError> {
     )))
 }
 
-async fn ask_members(url: &str, cfg: &Config) -> Result<Joined, String> {
+async fn ask_members(url: &str, tls: Option<&Arc<rustls::ClientConfig>>) -> Result<Joined, String> {
     use proto::peerpb::{MembersRequest, peer_client::PeerClient};
-    let tls = crate::transport::peer_tls::client_config(cfg)?;
     let ch = crate::transport::sender::connect(
         &[url.to_string()],
         std::time::Duration::from_secs(1),
-        tls.as_ref(),
+        tls,
     )
     .await?;
     let r = PeerClient::new(ch)

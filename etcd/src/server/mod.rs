@@ -281,9 +281,13 @@ impl EtcdServer {
 
     /// Whether this member is a learner now.
     pub fn is_learner(&self) -> bool {
-        self.members()
+        // Asked on every request (guard): read in place, no copy of the member list.
+        self.shared
+            .members
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
             .iter()
-            .any(|m| m.id == self.member_id() && m.is_learner)
+            .any(|m| m.id == self.shared.member_id && m.is_learner)
     }
 
     /// A channel to the current leader's peer service.

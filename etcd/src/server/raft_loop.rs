@@ -96,10 +96,12 @@ impl RaftLoop {
                 msgs.push(m);
             }
             let mut stop = false;
+            // Whether raft follows a removed leader: asked once per batch, not per proposal.
+            let leader_gone = self.leader_gone();
             for m in msgs {
                 match m {
                     RaftMsg::Propose { id, data } => {
-                        if self.leader_gone() || self.node.propose(data).is_err() {
+                        if leader_gone || self.node.propose(data).is_err() {
                             self.shared.wait.trigger(
                                 id,
                                 apply::Outcome {
@@ -110,7 +112,7 @@ impl RaftLoop {
                         }
                     }
                     RaftMsg::ProposeConfChange(cc) => {
-                        if self.leader_gone() || self.node.propose_conf_change(&cc).is_err() {
+                        if leader_gone || self.node.propose_conf_change(&cc).is_err() {
                             self.shared.wait.trigger(
                                 cc.id,
                                 apply::Outcome {

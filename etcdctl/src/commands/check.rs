@@ -81,10 +81,6 @@ fn put_varint(buf: &mut [u8], v: i64) {
     }
 }
 
-fn prefix_end(p: &[u8]) -> Vec<u8> {
-    crate::util::prefix_end(p)
-}
-
 async fn perf(ctx: &Ctx, a: &PerfArgs) -> Result<()> {
     let Some((limit, clients, secs)) = load(&a.load) else {
         return Err(CtlError::InvalidInput(format!(
@@ -101,7 +97,7 @@ async fn perf(ctx: &Ctx, a: &PerfArgs) -> Result<()> {
     let existing = first
         .unary(first.kv().range(RangeRequest {
             key: prefix.clone(),
-            range_end: prefix_end(&prefix),
+            range_end: crate::util::prefix_end(&prefix),
             limit: 1,
             ..Default::default()
         }))
@@ -189,7 +185,7 @@ async fn perf(ctx: &Ctx, a: &PerfArgs) -> Result<()> {
     let del = first
         .unary(first.kv().delete_range(DeleteRangeRequest {
             key: prefix.clone(),
-            range_end: prefix_end(&prefix),
+            range_end: crate::util::prefix_end(&prefix),
             ..Default::default()
         }))
         .await;

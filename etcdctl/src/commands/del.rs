@@ -4,8 +4,8 @@
 use clap::Args;
 use proto::etcdserverpb::DeleteRangeRequest;
 
-use super::{Ctx, key_range};
-use crate::error::{CtlError, Result};
+use super::{Ctx, check_key_args, key_range};
+use crate::error::Result;
 use crate::global::go_bool;
 
 /// Removes the specified key or range of keys [key, range_end)
@@ -25,21 +25,7 @@ pub struct DelArgs {
 }
 
 pub fn build_request(a: &DelArgs) -> Result<DeleteRangeRequest> {
-    if a.args.is_empty() {
-        return Err(CtlError::bad_args(
-            "del command needs one argument as key and an optional argument as range_end",
-        ));
-    }
-    if a.prefix && a.from_key {
-        return Err(CtlError::bad_args(
-            "`--prefix` and `--from-key` cannot be set at the same time, choose one",
-        ));
-    }
-    if a.args.len() > 1 && (a.prefix || a.from_key) {
-        return Err(CtlError::bad_args(
-            "too many arguments, only accept one argument when `--prefix` or `--from-key` is set",
-        ));
-    }
+    check_key_args("del", &a.args, a.prefix, a.from_key)?;
     let end = a.args.get(1).map(|s| s.as_bytes());
     let (key, range_end) = key_range(a.args[0].as_bytes(), end, a.prefix, a.from_key);
     Ok(DeleteRangeRequest {

@@ -4,7 +4,7 @@
 use clap::Args;
 use proto::etcdserverpb::{RangeRequest, range_request::SortOrder, range_request::SortTarget};
 
-use super::{Ctx, key_range};
+use super::{Ctx, check_key_args, key_range};
 use crate::error::{CtlError, Result};
 use crate::global::go_bool;
 use crate::printer::GetOpts;
@@ -60,21 +60,7 @@ pub struct GetArgs {
 
 /// Builds the range request from the flags, with etcd's argument checks and messages.
 pub fn build_request(a: &GetArgs, write_out: &str) -> Result<RangeRequest> {
-    if a.args.is_empty() {
-        return Err(CtlError::bad_args(
-            "get command needs one argument as key and an optional argument as range_end",
-        ));
-    }
-    if a.prefix && a.from_key {
-        return Err(CtlError::bad_args(
-            "`--prefix` and `--from-key` cannot be set at the same time, choose one",
-        ));
-    }
-    if a.args.len() > 1 && (a.prefix || a.from_key) {
-        return Err(CtlError::bad_args(
-            "too many arguments, only accept one argument when `--prefix` or `--from-key` is set",
-        ));
-    }
+    check_key_args("get", &a.args, a.prefix, a.from_key)?;
     if a.print_value_only && write_out != "simple" {
         return Err(CtlError::bad_args(
             "print-value-only is only for `--write-out=simple`",

@@ -65,6 +65,27 @@ pub fn parse_lease_id(s: &str, what: &str) -> Result<i64> {
         .map_err(|e| CtlError::bad_args(format!("{what} ({e}), expecting ID in Hex")))
 }
 
+/// etcd's checks of `<key> [range_end]` with --prefix/--from-key (get and del); `cmd` names
+/// the command in the message.
+pub fn check_key_args(cmd: &str, args: &[String], prefix: bool, from_key: bool) -> Result<()> {
+    if args.is_empty() {
+        return Err(CtlError::bad_args(format!(
+            "{cmd} command needs one argument as key and an optional argument as range_end"
+        )));
+    }
+    if prefix && from_key {
+        return Err(CtlError::bad_args(
+            "`--prefix` and `--from-key` cannot be set at the same time, choose one",
+        ));
+    }
+    if args.len() > 1 && (prefix || from_key) {
+        return Err(CtlError::bad_args(
+            "too many arguments, only accept one argument when `--prefix` or `--from-key` is set",
+        ));
+    }
+    Ok(())
+}
+
 /// A key range from a key and the --prefix/--from-key flags, as etcd's client builds it.
 pub fn key_range(
     key: &[u8],

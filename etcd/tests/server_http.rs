@@ -165,6 +165,13 @@ fn health_version_and_metrics() {
         "etcd_disk_backend_commit_duration_seconds",
         "grpc_server_handled_total",
         "grpc_server_started_total",
+        "process_cpu_seconds_total",
+        "process_max_fds",
+        "process_open_fds",
+        "process_resident_memory_bytes",
+        "process_start_time_seconds",
+        "process_virtual_memory_bytes",
+        "process_virtual_memory_max_bytes",
     ] {
         assert_eq!(types.get(name), real_types.get(name), "TYPE of {name}");
         assert!(types.contains_key(name), "{name} missing");
@@ -176,6 +183,17 @@ fn health_version_and_metrics() {
         Some(1.0)
     );
     assert!(value(&before, "etcd_mvcc_db_total_size_in_bytes", &[]).unwrap() > 0.0);
+    let rss = value(&before, "process_resident_memory_bytes", &[]).unwrap();
+    assert!(rss > 1e6 && rss < 1e10, "{rss}");
+    let started = value(&before, "process_start_time_seconds", &[]).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(
+        started <= now + 1.0 && started > now - 600.0,
+        "{started} vs {now}"
+    );
     // etcd's buckets: 1ms doubling to 8.192s.
     let les: Vec<&str> = before
         .iter()
@@ -451,4 +469,31 @@ fn gateway_answers_as_etcd() {
     let (wa, wb) = (watch(&ours), watch(&real));
     assert_eq!(wa.len(), 3, "{wa:?}");
     assert_eq!(wa, wb);
+}
+
+/// The Go etcdctl's `check datascale` reads process_resident_memory_bytes from /metrics; it
+/// passes against our server and leaves no keys behind.
+#[test]
+fn go_etcdctl_check_datascale_passes() {
+    let dir = tempfile::tempdir().unwrap();
+    let ours = RealEtcd::start_bin(OURS, &dir.path().join("ours"), "ours", &[]);
+    let out = ours.etcdctl(&["check", "datascale"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let last = text.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("PASS: Approximate system memory used : ") && last.ends_with(" MB."),
+        "{text}"
+    );
+    let left = ours.etcdctl_ok(&[
+        "get",
+        "/etcdctl-check-datascale/",
+        "--prefix",
+        "--keys-only",
+    ]);
+    assert!(left.trim().is_empty());
 }

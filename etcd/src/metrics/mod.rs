@@ -2,6 +2,7 @@
 // raft loop, the proposal path, the disk observers and the gRPC layer, rendered for /metrics.
 
 pub mod grpc;
+mod process;
 pub mod registry;
 
 use std::sync::LazyLock;
@@ -191,6 +192,7 @@ pub fn render(server: &EtcdServer) -> String {
         "grpc_server_started_total",
         "Total number of RPCs started on the server.",
     );
+    process::render(&mut e);
     e.render()
 }
 

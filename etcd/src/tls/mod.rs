@@ -2,7 +2,10 @@
 // --client-cert-auth/--*-crl-file/--cipher-suites (and the --peer-* set) turned into rustls
 // configs, --auto-tls/--peer-auto-tls certificates, and the client certificate's CN for auth.
 
+mod dial;
 pub mod selfsigned;
+
+pub use dial::{Connector, connect};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -247,6 +250,24 @@ fn load_crls(path: &str) -> Result<Vec<CertificateRevocationListDer<'static>>, S
     }
 }
 
+/// The system's CA roots (SSL_CERT_FILE / SSL_CERT_DIR, or the distribution's bundle).
+fn system_roots() -> Result<RootCertStore, String> {
+    let found = rustls_native_certs::load_native_certs();
+    let mut store = RootCertStore::empty();
+    let (added, _) = store.add_parsable_certificates(found.certs);
+    if added == 0 {
+        let why = found
+            .errors
+            .first()
+            .map(|e| format!(": {e}"))
+            .unwrap_or_default();
+        return Err(format!(
+            "no system CA certificates found{why}; pass a CA bundle (--cacert / --trusted-ca-file)"
+        ));
+    }
+    Ok(store)
+}
+
 fn roots(path: &str) -> Result<RootCertStore, String> {
     let mut store = RootCertStore::empty();
     for c in load_certs(path)? {
@@ -441,10 +462,8 @@ pub fn client_config(
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(NoServerVerification(provider)))
     } else if info.trusted_ca_file.is_empty() {
-        return Err(
-            "TLS client: a trusted CA file is needed to verify the server (or auto TLS to skip verification)"
-                .into(),
-        );
+        // As Go's crypto/tls with no RootCAs: the system's trusted roots.
+        builder.with_root_certificates(system_roots()?)
     } else {
         builder.with_root_certificates(roots(&info.trusted_ca_file)?)
     };

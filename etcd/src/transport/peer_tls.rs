@@ -1,11 +1,9 @@
-// TLS on the peer port (--peer-cert-file, --peer-auto-tls, ...): the dialing side as a
-// connector for tonic channels, and the listening side as a stream of accepted TLS streams.
+// TLS on the peer port (--peer-cert-file, --peer-auto-tls, ...): the dialing side's config
+// (dialed through tls::Connector), and the listening side as a stream of accepted TLS streams.
 
 use std::sync::Arc;
 
-use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpStream};
-use tokio_rustls::TlsConnector;
 
 use crate::config::Config;
 use crate::tls::{self, Side, TlsInfo, TlsServer};
@@ -54,43 +52,6 @@ pub fn server_config(cfg: &Config) -> Result<Option<TlsServer>, String> {
         &tls::url_hosts(&cfg.listen_peer_urls),
     )
     .map(Some)
-}
-
-/// Dials `uri`'s host over TCP, then TLS (a tonic connector: the endpoint's own URL is
-/// rewritten to http:// so tonic does not try TLS itself).
-#[derive(Clone)]
-pub struct Connector {
-    pub tls: Arc<rustls::ClientConfig>,
-}
-
-impl tonic::codegen::Service<http::Uri> for Connector {
-    type Response = TokioIo<tokio_rustls::client::TlsStream<TcpStream>>;
-    type Error = std::io::Error;
-    type Future = std::pin::Pin<
-        Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>,
-    >;
-
-    fn poll_ready(
-        &mut self,
-        _cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Self::Error>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, uri: http::Uri) -> Self::Future {
-        let tls = self.tls.clone();
-        Box::pin(async move {
-            let host = uri.host().unwrap_or("127.0.0.1").to_string();
-            let port = uri.port_u16().unwrap_or(2380);
-            let tcp = TcpStream::connect((host.as_str(), port)).await?;
-            let _ = tcp.set_nodelay(true);
-            let name =
-                rustls_pki_types::ServerName::try_from(host.trim_matches(['[', ']']).to_string())
-                    .map_err(|e| std::io::Error::other(format!("bad peer host {host}: {e}")))?;
-            let stream = TlsConnector::from(tls).connect(name, tcp).await?;
-            Ok(TokioIo::new(stream))
-        })
-    }
 }
 
 /// A TLS stream as tonic's server wants its connections.

@@ -51,7 +51,7 @@ pub async fn connect(
             .keep_alive_while_idle(true);
         let r: Result<Channel, String> = match tls {
             Some(tls) => {
-                let conn = super::peer_tls::Connector { tls: tls.clone() };
+                let conn = crate::tls::Connector::new(tls.clone(), 2380);
                 match tokio::time::timeout(timeout, ep.connect_with_connector(conn)).await {
                     Ok(r) => r.map_err(|e| e.to_string()),
                     Err(_) => Err("timed out connecting".into()),

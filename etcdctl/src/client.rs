@@ -2,6 +2,7 @@
 //! within --dial-timeout, the auth token on every call, and --command-timeout on every request.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use proto::etcdserverpb::AuthenticateRequest;
@@ -16,7 +17,7 @@ use proto::v3lockpb::lock_client::LockClient;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::transport::{Channel, Endpoint};
 
 use crate::error::{CtlError, Result, status_message};
 use crate::global::GlobalArgs;
@@ -73,53 +74,179 @@ pub fn check_supported(g: &GlobalArgs) -> Result<()> {
     Ok(())
 }
 
-/// Reads a PEM file named by a TLS flag, failing with Go's wording.
-fn read_pem(path: &str) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|e| CtlError::other(crate::util::go_io_error("open", path, &e)))
+/// Reads a file named by a TLS flag, failing with Go's wording when it cannot be opened.
+fn check_readable(path: &str) -> Result<()> {
+    std::fs::File::open(path)
+        .map(drop)
+        .map_err(|e| CtlError::other(crate::util::go_io_error("open", path, &e)))
 }
 
-/// The TLS settings for https endpoints, from --cacert, --cert and --key.
-fn tls_config(g: &GlobalArgs) -> Result<ClientTlsConfig> {
-    if g.insecure_skip_tls_verify {
-        return Err(CtlError::other(
-            "--insecure-skip-tls-verify is not supported by this etcdctl; pass --cacert",
-        ));
-    }
-    let mut cfg = ClientTlsConfig::new();
-    match &g.cacert {
-        Some(ca) => cfg = cfg.ca_certificate(Certificate::from_pem(read_pem(ca)?)),
-        None => {
-            return Err(CtlError::other(
-                "https endpoints without --cacert are not supported by this etcdctl (it does not use the system's CA roots)",
-            ));
-        }
-    }
+/// The TLS settings for https endpoints: --cacert (else the system's roots), --cert and
+/// --key, and --insecure-skip-tls-verify (the chain is not checked, the handshake still is).
+pub fn tls_config(g: &GlobalArgs) -> Result<Arc<rustls::ClientConfig>> {
+    let mut info = etcd::tls::TlsInfo::default();
     match (&g.cert, &g.key) {
-        (Some(c), Some(k)) => cfg = cfg.identity(Identity::from_pem(read_pem(c)?, read_pem(k)?)),
+        (Some(c), Some(k)) => {
+            check_readable(c)?;
+            check_readable(k)?;
+            info.cert_file = c.clone();
+            info.key_file = k.clone();
+        }
         (None, None) => {}
-        _ => {
-            return Err(CtlError::other(
-                "KeyFile and CertFile must both be present[key: , cert: ]",
-            ));
+        (c, k) => {
+            return Err(CtlError::other(format!(
+                "KeyFile and CertFile must both be present[key: {}, cert: {}]",
+                k.as_deref().unwrap_or(""),
+                c.as_deref().unwrap_or("")
+            )));
         }
     }
-    Ok(cfg)
+    if let Some(ca) = &g.cacert {
+        check_readable(ca)?;
+        info.trusted_ca_file = ca.clone();
+    }
+    let cfg =
+        etcd::tls::client_config(&info, g.insecure_skip_tls_verify).map_err(CtlError::other)?;
+    let mut cfg = (*cfg).clone();
+    cfg.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Arc::new(cfg))
 }
 
-fn endpoint_for(g: &GlobalArgs, ep: &str) -> Result<Endpoint> {
-    let url = endpoint_url(ep);
-    let mut e = Endpoint::from_shared(url.clone())
-        .map_err(|e| CtlError::other(format!("invalid endpoint {ep:?}: {e}")))?;
-    if url.starts_with("https://") {
-        e = e
-            .tls_config(tls_config(g)?)
-            .map_err(|e| CtlError::other(format!("bad TLS settings: {e}")))?;
+/// How one endpoint is dialed: tonic's own connector for http, ours (TLS) for https.
+struct Dial {
+    endpoint: Endpoint,
+    tls: Option<Arc<rustls::ClientConfig>>,
+}
+
+impl Dial {
+    async fn connect(&self) -> std::result::Result<Channel, tonic::transport::Error> {
+        match &self.tls {
+            Some(tls) => {
+                let conn = etcd::tls::Connector::new(tls.clone(), 2379);
+                self.endpoint.connect_with_connector(conn).await
+            }
+            None => self.endpoint.connect().await,
+        }
     }
-    Ok(e.connect_timeout(g.dial_timeout)
-        .http2_keep_alive_interval(g.keepalive_time)
-        .keep_alive_timeout(g.keepalive_timeout)
-        .keep_alive_while_idle(true)
-        .tcp_nodelay(true))
+}
+
+fn endpoint_for(
+    g: &GlobalArgs,
+    ep: &str,
+    tls: &mut Option<Arc<rustls::ClientConfig>>,
+) -> Result<Dial> {
+    let mut url = endpoint_url(ep);
+    let mut with_tls = None;
+    if let Some(rest) = url.strip_prefix("https://") {
+        if tls.is_none() {
+            *tls = Some(tls_config(g)?);
+        }
+        with_tls = tls.clone();
+        // Our connector does the handshake; tonic must see a plain URL.
+        url = format!("http://{rest}");
+    }
+    let e = Endpoint::from_shared(url)
+        .map_err(|e| CtlError::other(format!("invalid endpoint {ep:?}: {e}")))?;
+    Ok(Dial {
+        endpoint: e
+            .connect_timeout(g.dial_timeout)
+            .http2_keep_alive_interval(g.keepalive_time)
+            .keep_alive_timeout(g.keepalive_timeout)
+            .keep_alive_while_idle(true)
+            .tcp_nodelay(true),
+        tls: with_tls,
+    })
+}
+
+/// An error with its causes, for --debug.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+/// GETs `path` from an endpoint's HTTP side (the client port serves /metrics next to gRPC),
+/// over TLS for https endpoints; the body when the answer is 200.
+pub async fn http_get(g: &GlobalArgs, ep: &str, path: &str) -> Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let url = endpoint_url(ep);
+    let (https, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (scheme == "https", rest.to_string()),
+        None => (false, url.clone()),
+    };
+    let authority = rest.split('/').next().unwrap_or_default().to_string();
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, p)) if !p.contains(']') => (
+            h.to_string(),
+            p.parse::<u16>()
+                .map_err(|_| CtlError::other(format!("invalid endpoint {ep:?}")))?,
+        ),
+        _ => (authority.clone(), if https { 443 } else { 80 }),
+    };
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {authority}\r\nUser-Agent: etcdctl\r\nConnection: close\r\n\r\n"
+    );
+    let fetch = async {
+        let mut raw = Vec::new();
+        if https {
+            let mut s = etcd::tls::connect(tls_config(g)?, &host, port).await?;
+            s.write_all(request.as_bytes()).await?;
+            s.read_to_end(&mut raw).await?;
+        } else {
+            let bare = host.trim_matches(['[', ']']);
+            let mut s = tokio::net::TcpStream::connect((bare, port)).await?;
+            s.write_all(request.as_bytes()).await?;
+            s.read_to_end(&mut raw).await?;
+        }
+        Ok::<_, CtlError>(raw)
+    };
+    let raw = tokio::time::timeout(g.dial_timeout + g.command_timeout, fetch)
+        .await
+        .map_err(|_| {
+            CtlError::other(format!("Get \"{url}{path}\": context deadline exceeded"))
+        })??;
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or(raw.len());
+    let head = String::from_utf8_lossy(&raw[..split]);
+    let body = raw.get(split + 4..).unwrap_or_default();
+    let status = head.lines().next().unwrap_or_default();
+    if status.split_whitespace().nth(1) != Some("200") {
+        return Err(CtlError::other(format!("Get \"{url}{path}\": {status}")));
+    }
+    let chunked = head
+        .lines()
+        .any(|l| l.to_ascii_lowercase().replace(' ', "") == "transfer-encoding:chunked");
+    let body = if chunked {
+        dechunk(body)
+    } else {
+        body.to_vec()
+    };
+    Ok(String::from_utf8_lossy(&body).into_owned())
+}
+
+/// The payload of a chunked HTTP/1.1 body (what arrived of it).
+fn dechunk(mut body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(eol) = body.windows(2).position(|w| w == b"\r\n") {
+        let size = String::from_utf8_lossy(&body[..eol]);
+        let Ok(n) = usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16) else {
+            break;
+        };
+        let rest = &body[eol + 2..];
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.extend_from_slice(&rest[..n]);
+        body = rest[n..].strip_prefix(b"\r\n").unwrap_or(&rest[n..]);
+    }
+    out
 }
 
 impl Client {
@@ -141,16 +268,27 @@ impl Client {
         }
         let deadline = tokio::time::Instant::now() + g.dial_timeout;
         let mut endpoints = Vec::new();
+        let mut tls = None;
         for ep in eps {
-            endpoints.push((ep.clone(), endpoint_for(g, ep)?));
+            endpoints.push((ep.clone(), endpoint_for(g, ep, &mut tls)?));
         }
         loop {
-            for (_, e) in &endpoints {
+            for (name, e) in &endpoints {
                 let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
                 if remaining.is_zero() {
                     break;
                 }
-                if let Ok(Ok(channel)) = tokio::time::timeout(remaining, e.connect()).await {
+                let got = tokio::time::timeout(remaining, e.connect()).await;
+                if g.debug {
+                    match &got {
+                        Ok(Ok(_)) => eprintln!("DEBUG: connected to {name}"),
+                        Ok(Err(err)) => {
+                            eprintln!("DEBUG: cannot connect to {name}: {}", error_chain(err))
+                        }
+                        Err(_) => eprintln!("DEBUG: timed out connecting to {name}"),
+                    }
+                }
+                if let Ok(Ok(channel)) = got {
                     let mut c = Client {
                         channel,
                         interceptor: TokenInterceptor::default(),
@@ -161,7 +299,14 @@ impl Client {
                 }
             }
             if tokio::time::Instant::now() >= deadline {
-                return Err(CtlError::other("context deadline exceeded"));
+                // With --user etcd dials (and logs in) before the command, and a failure
+                // there is its "bad connection" (exit 2); otherwise the command's call fails.
+                let msg = "context deadline exceeded".to_string();
+                return Err(if g.user.is_some() {
+                    CtlError::BadConnection(msg)
+                } else {
+                    CtlError::Other(msg)
+                });
             }
             // Refused connections fail at once; a server that is starting gets another chance.
             tokio::time::sleep(Duration::from_millis(100)).await;

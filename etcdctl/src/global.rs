@@ -108,3 +108,39 @@ pub struct GlobalArgs {
           num_args = 0..=1, default_missing_value = "true", require_equals = true, value_parser = go_bool)]
     pub debug: bool,
 }
+
+impl GlobalArgs {
+    /// What `--debug` prints first: every global flag as its ETCDCTL_* variable with the value
+    /// in use, sorted, as etcd's etcdctl prints them.
+    pub fn debug_lines(&self) -> Vec<String> {
+        let opt = |v: &Option<String>| v.clone().unwrap_or_default();
+        let dur = |d: Duration| crate::util::format_go_duration(d);
+        let mut v = vec![
+            ("CACERT", opt(&self.cacert)),
+            ("CERT", opt(&self.cert)),
+            ("COMMAND_TIMEOUT", dur(self.command_timeout)),
+            ("DEBUG", self.debug.to_string()),
+            ("DIAL_TIMEOUT", dur(self.dial_timeout)),
+            ("DISCOVERY_SRV", opt(&self.discovery_srv)),
+            ("DISCOVERY_SRV_NAME", opt(&self.discovery_srv_name)),
+            ("ENDPOINTS", format!("[{}]", self.endpoints.join(","))),
+            ("HEX", self.hex.to_string()),
+            ("INSECURE_DISCOVERY", self.insecure_discovery.to_string()),
+            (
+                "INSECURE_SKIP_TLS_VERIFY",
+                self.insecure_skip_tls_verify.to_string(),
+            ),
+            ("INSECURE_TRANSPORT", self.insecure_transport.to_string()),
+            ("KEEPALIVE_TIME", dur(self.keepalive_time)),
+            ("KEEPALIVE_TIMEOUT", dur(self.keepalive_timeout)),
+            ("KEY", opt(&self.key)),
+            ("PASSWORD", opt(&self.password)),
+            ("USER", opt(&self.user)),
+            ("WRITE_OUT", self.write_out.clone()),
+        ];
+        v.sort();
+        v.into_iter()
+            .map(|(k, val)| format!("ETCDCTL_{k}={val}"))
+            .collect()
+    }
+}

@@ -6,7 +6,9 @@ mod commands;
 mod error;
 mod global;
 mod gojson;
+mod help;
 mod printer;
+mod progress;
 mod util;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
@@ -18,12 +20,8 @@ use global::GlobalArgs;
 
 /// A simple command line client for etcd3.
 #[derive(Parser, Debug)]
-#[command(
-    name = "etcdctl",
-    disable_version_flag = true,
-    arg_required_else_help = true
-)]
-struct Cli {
+#[command(name = "etcdctl", disable_version_flag = true, verbatim_doc_comment)]
+pub struct Cli {
     #[command(flatten)]
     global: GlobalArgs,
     #[command(subcommand)]
@@ -33,58 +31,95 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Gets the key or a range of keys
+    #[command(override_usage = "[options] <key> [range_end]")]
     Get(commands::get::GetArgs),
     /// Puts the given key into the store
+    #[command(
+        override_usage = "[options] <key> <value> (<value> can also be given from stdin)",
+        long_about = "Puts the given key into the store.\n\nWhen <value> begins with '-', <value> is interpreted as a flag.\nInsert '--' for workaround:\n\n$ put <key> -- <value>\n$ put -- <key> <value>\n\nIf <value> isn't given as a command line argument and '--ignore-value' is not specified,\nthis command tries to read the value from standard input.\n\nIf <lease> isn't given as a command line argument and '--ignore-lease' is not specified,\nthis command tries to read the value from standard input.\n\nFor example,\n$ cat file | put <key>\nwill store the content of the file to <key>."
+    )]
     Put(commands::put::PutArgs),
     /// Removes the specified key or range of keys [key, range_end)
+    #[command(override_usage = "[options] <key> [range_end]")]
     Del(commands::del::DelArgs),
     /// Txn processes all the requests in one transaction
+    #[command(override_usage = "[options]")]
     Txn(commands::txn::TxnArgs),
     /// Watches events stream on keys or prefixes
+    #[command(
+        override_usage = "[options] [key or prefix] [range_end] [--] [exec-command arg1 arg2 ...]"
+    )]
     Watch(commands::watch::WatchArgs),
     /// Compacts the event history in etcd
+    #[command(override_usage = "[options] <revision>")]
     Compaction(commands::compaction::CompactionArgs),
     /// Lease related commands
+    #[command(override_usage = "<subcommand>")]
     #[command(subcommand)]
     Lease(commands::lease::LeaseCmd),
     /// Membership related commands
+    #[command(override_usage = "<subcommand>")]
     #[command(subcommand)]
     Member(commands::member::MemberCmd),
     /// Endpoint related commands
-    #[command(subcommand)]
-    Endpoint(commands::endpoint::EndpointCmd),
+    #[command(override_usage = "<subcommand>")]
+    Endpoint(commands::endpoint::EndpointGroup),
     /// Alarm related commands
+    #[command(override_usage = "<subcommand>")]
     #[command(subcommand)]
     Alarm(commands::alarm::AlarmCmd),
     /// Defragments the storage of the etcd members with given endpoints
     Defrag(commands::defrag::DefragArgs),
     /// commands for checking properties of the etcd cluster
+    #[command(override_usage = "<subcommand>")]
     #[command(subcommand)]
     Check(commands::check::CheckCmd),
     /// Transfers leadership to another etcd cluster member.
+    #[command(verbatim_doc_comment)]
+    #[command(override_usage = "<transferee-member-id>")]
     #[command(name = "move-leader")]
     MoveLeader(commands::move_leader::MoveLeaderArgs),
     /// Enable or disable authentication
+    #[command(override_usage = "<enable or disable>")]
     #[command(subcommand)]
     Auth(commands::auth::AuthCmd),
     /// User related commands
+    #[command(override_usage = "<subcommand>")]
     #[command(subcommand)]
     User(commands::user::UserCmd),
     /// Role related commands
+    #[command(override_usage = "<subcommand>")]
     #[command(subcommand)]
     Role(commands::role::RoleCmd),
     /// Manages etcd node snapshots
+    #[command(override_usage = "<subcommand>")]
     #[command(subcommand)]
     Snapshot(commands::snapshot::SnapshotCmd),
     /// Acquires a named lock
+    #[command(override_usage = "<lockname> [exec-command arg1 arg2 ...]")]
     Lock(commands::lock::LockArgs),
     /// Observes and participates in leader election
+    #[command(override_usage = "<election-name> [proposal]")]
     Elect(commands::elect::ElectArgs),
     /// Makes a mirror at the destination etcd cluster
+    #[command(override_usage = "[options] <destination>")]
     #[command(name = "make-mirror")]
     MakeMirror(commands::make_mirror::MakeMirrorArgs),
     /// Prints the version of etcdctl
     Version,
+    /// Help about any command
+    #[command(
+        override_usage = "[command]",
+        long_about = "Help provides help for any command in the application.\nSimply type etcdctl help [path to command] for full details."
+    )]
+    Help { topic: Vec<String> },
+    /// Generate the autocompletion script for the specified shell
+    #[command(
+        subcommand,
+        override_usage = "",
+        long_about = "Generate the autocompletion script for etcdctl for the specified shell.\nSee each sub-command's help for details on how to use the generated script."
+    )]
+    Completion(commands::completion::CompletionCmd),
 }
 
 async fn dispatch(ctx: &Ctx, cmd: &Command) -> error::Result<()> {
@@ -110,6 +145,18 @@ async fn dispatch(ctx: &Ctx, cmd: &Command) -> error::Result<()> {
         Command::Elect(a) => commands::elect::run(ctx, a).await,
         Command::MakeMirror(a) => commands::make_mirror::run(ctx, a).await,
         Command::Version => commands::version::run(ctx),
+        Command::Help { topic } => {
+            let root = command_tree();
+            match help::find(&root, topic) {
+                Some(_) => print!("{}", help::render(&root, topic, true)),
+                None => {
+                    eprintln!("Unknown help topic [`{}`]", topic.join(" "));
+                    print!("{}", help::render(&root, &[], false));
+                }
+            }
+            Ok(())
+        }
+        Command::Completion(c) => commands::completion::run(c),
     }
 }
 
@@ -182,8 +229,143 @@ fn check_env_conflicts(m: &clap::ArgMatches) -> Result<(), String> {
     Ok(())
 }
 
+/// The clap tree with clap's own help turned off everywhere: help is etcd's (see `help`), and
+/// -h/--help is one hidden global flag (Go's bool, so `--help=false` is accepted).
+pub fn command_tree() -> clap::Command {
+    fn no_clap_help(cmd: clap::Command) -> clap::Command {
+        let names: Vec<String> = cmd
+            .get_subcommands()
+            .map(|c| c.get_name().to_string())
+            .collect();
+        let mut cmd = cmd.disable_help_flag(true).disable_help_subcommand(true);
+        for n in names {
+            cmd = cmd.mut_subcommand(n, no_clap_help);
+        }
+        cmd
+    }
+    no_clap_help(Cli::command()).arg(
+        clap::Arg::new("help")
+            .short('h')
+            .long("help")
+            .global(true)
+            .hide(true)
+            .num_args(0..=1)
+            .require_equals(true)
+            .default_missing_value("true")
+            .value_parser(global::go_bool),
+    )
+}
+
+/// What the command line asks for before clap parses it: etcd's help, or an unknown command.
+enum Early {
+    /// Print the help of this command path and exit 0.
+    Help(Vec<String>),
+    /// A root-level word that is no command.
+    UnknownCommand(String),
+    /// Parse normally; the command path found, for usage text on a flag error.
+    Parse(Vec<String>),
+}
+
+/// Finds the command path the way cobra does (flags skipped, an unknown flag taking the next
+/// word as its value), and whether -h/--help was given before "--".
+fn early(root: &clap::Command, args: &[String]) -> Early {
+    let mut path: Vec<String> = Vec::new();
+    let mut cmd = root;
+    let mut known: Vec<&clap::Arg> = root.get_arguments().collect();
+    let mut help = false;
+    let mut leaf = !root.has_subcommands();
+    let mut i = 0;
+    while i < args.len() {
+        let a = &args[i];
+        i += 1;
+        if a == "--" {
+            break;
+        }
+        if a.len() > 1 && a.starts_with('-') {
+            let (name, value) = match a.split_once('=') {
+                Some((n, v)) => (n, Some(v)),
+                None => (a.as_str(), None),
+            };
+            if name == "-h" || name == "--help" {
+                help = value.is_none_or(|v| global::go_bool(v).unwrap_or(false));
+                continue;
+            }
+            let arg = if let Some(long) = name.strip_prefix("--") {
+                known.iter().find(|x| x.get_long() == Some(long))
+            } else if name.chars().count() == 2 {
+                let c = name.chars().nth(1);
+                known.iter().find(|x| x.get_short() == c)
+            } else {
+                // Combined short flags or a short flag with its value attached.
+                continue;
+            };
+            let takes_word = match arg {
+                Some(x) => {
+                    !x.is_require_equals_set()
+                        && x.get_num_args().is_none_or(|n| n.min_values() > 0)
+                        && !matches!(
+                            x.get_action(),
+                            clap::ArgAction::SetTrue | clap::ArgAction::SetFalse
+                        )
+                }
+                None => true,
+            };
+            if value.is_none() && takes_word && args.get(i).is_some_and(|n| !n.starts_with('-')) {
+                i += 1;
+            }
+            continue;
+        }
+        if leaf {
+            continue;
+        }
+        match cmd.find_subcommand(a) {
+            Some(sub) => {
+                path.push(a.clone());
+                cmd = sub;
+                known.extend(sub.get_arguments());
+                // After `help`, the words are its topic (it is parsed and run as a command).
+                leaf = !sub.has_subcommands() || (a == "help" && path.len() == 1);
+            }
+            None if path.is_empty() => return Early::UnknownCommand(a.clone()),
+            // A group given a word that is none of its commands shows its help, as etcd does.
+            None => return Early::Help(path),
+        }
+    }
+    if help || !leaf {
+        Early::Help(path)
+    } else {
+        Early::Parse(path)
+    }
+}
+
 fn main() {
-    let parsed = Cli::command().try_get_matches().and_then(|m| {
+    let args: Vec<String> = std::env::args_os()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let root = command_tree();
+    let path = match early(&root, &args) {
+        Early::Help(path) => {
+            print!("{}", help::render(&root, &path, true));
+            std::process::exit(0);
+        }
+        Early::UnknownCommand(word) => {
+            let mut msg = format!("unknown command {word:?} for \"etcdctl\"");
+            let near = help::suggestions(&root, &word);
+            if !near.is_empty() {
+                msg.push_str("\n\nDid you mean this?\n");
+                for n in near {
+                    msg.push_str(&format!("\t{n}\n"));
+                }
+            }
+            eprintln!("Error: {msg}");
+            eprintln!("Run 'etcdctl --help' for usage.");
+            eprintln!("Error: {msg}");
+            std::process::exit(EXIT_ERROR);
+        }
+        Early::Parse(path) => path,
+    };
+    let parsed = root.clone().try_get_matches().and_then(|m| {
         if let Err(msg) = check_env_conflicts(&m) {
             eprintln!("Error: {msg}");
             std::process::exit(EXIT_ERROR);
@@ -192,19 +374,14 @@ fn main() {
     });
     let cli = match parsed {
         Ok(c) => c,
-        Err(e) => match e.kind() {
-            ErrorKind::DisplayHelp
-            | ErrorKind::DisplayVersion
-            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
-                // Help goes to stdout and is not an error, as etcd's.
-                print!("{}", e.render());
-                std::process::exit(0);
-            }
-            _ => {
-                eprintln!("Error: {}", clap_error_line(&e));
-                std::process::exit(EXIT_ERROR);
-            }
-        },
+        Err(e) => {
+            // As etcd: the error, the command's usage on stdout, then the error again.
+            let line = clap_error_line(&e);
+            eprintln!("Error: {line}");
+            print!("{}", help::render(&root, &path, true));
+            eprintln!("\nError: {line}");
+            std::process::exit(EXIT_ERROR);
+        }
     };
     let result = run(cli);
     if let Err(e) = result {
@@ -214,6 +391,11 @@ fn main() {
 }
 
 fn run(cli: Cli) -> error::Result<()> {
+    if cli.global.debug {
+        for line in cli.global.debug_lines() {
+            eprintln!("{line}");
+        }
+    }
     let ctx = Ctx::new(cli.global)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -685,8 +685,8 @@ fn global_flags_and_env_match_etcdctl() {
 }
 
 /// What etcd's etcdctl cannot be compared on, checked on its own: a clear one-line error
-/// and a non-zero exit for what this etcdctl does not do (skipping TLS verification, the
-/// system's CA roots, DNS discovery), and help.
+/// and a non-zero exit for what this etcdctl does not do (DNS discovery, unix sockets), an
+/// unreachable https endpoint failing as Go's does, and help.
 #[test]
 fn unsupported_features_fail_clearly() {
     let run = |args: &[&str]| {
@@ -696,15 +696,8 @@ fn unsupported_features_fail_clearly() {
             .expect("run etcdctl")
     };
     for args in [
-        &["--endpoints=https://127.0.0.1:1", "get", "a"][..],
-        &[
-            "--endpoints=https://127.0.0.1:1",
-            "--cacert=/dev/null",
-            "--insecure-skip-tls-verify",
-            "get",
-            "a",
-        ][..],
         &["--discovery-srv=example.com", "get", "a"][..],
+        &["--endpoints=unix://localhost:1", "get", "a"][..],
     ] {
         let out = run(args);
         let err = String::from_utf8_lossy(&out.stderr);
@@ -715,8 +708,36 @@ fn unsupported_features_fail_clearly() {
         );
         assert!(err.contains("not supported"), "{args:?}: {err}");
     }
+    // TLS settings are used (system roots, skipping verification); nothing answers here.
+    for args in [
+        &[
+            "--endpoints=https://127.0.0.1:1",
+            "--dial-timeout=1s",
+            "get",
+            "a",
+        ][..],
+        &[
+            "--endpoints=https://127.0.0.1:1",
+            "--insecure-skip-tls-verify",
+            "--dial-timeout=1s",
+            "get",
+            "a",
+        ][..],
+    ] {
+        let out = run(args);
+        let go = std::process::Command::new("etcdctl")
+            .args(args)
+            .output()
+            .expect("run etcdctl");
+        assert_eq!(out.status.code(), go.status.code(), "{args:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr),
+            "Error: context deadline exceeded\n",
+            "{args:?}"
+        );
+    }
     // Help (asked for, or a command group without its subcommand) goes to stdout, exit 0,
-    // as etcd's does; the text itself is clap's, not cobra's.
+    // as etcd's does (tests/help.rs compares the text itself).
     for args in [&["--help"][..], &[][..], &["lease"][..], &["member"][..]] {
         let help = run(args);
         assert_eq!(help.status.code(), Some(0), "{args:?}");
@@ -975,4 +996,29 @@ fn tls_matches_etcdctl() {
     let args = ["--dial-timeout=1s", "--command-timeout=2s", "get", "k"];
     assert_ne!(run(OURS, no_cert, &args).code, Some(0));
     assert_ne!(run("etcdctl", no_cert, &args).code, Some(0));
+
+    // No --cacert: the system's roots, which do not know our CA; both fail.
+    let no_ca = [tls[0].clone(), tls[2].clone(), tls[3].clone()];
+    assert_ne!(run(OURS, &no_ca, &args).code, Some(0));
+    assert_ne!(run("etcdctl", &no_ca, &args).code, Some(0));
+    // ... unless the chain is not checked (--insecure-skip-tls-verify) ...
+    let mut skip = no_ca.to_vec();
+    skip.push("--insecure-skip-tls-verify".to_string());
+    let got = run(OURS, &skip, &["get", "k"]);
+    assert_eq!(got, run("etcdctl", &skip, &["get", "k"]));
+    assert_eq!(got.stdout, "k\nv\n");
+    // ... or the system's roots are pointed at our CA (SSL_CERT_FILE, honoured by both).
+    let with_env = |bin: &str| {
+        let out = std::process::Command::new(bin)
+            .env("ETCDCTL_API", "3")
+            .env("SSL_CERT_FILE", p("ca.crt"))
+            .args(&no_ca)
+            .args(["get", "k"])
+            .output()
+            .expect("run etcdctl");
+        seen(&out)
+    };
+    let got = with_env(OURS);
+    assert_eq!(got, with_env("etcdctl"));
+    assert_eq!(got.stdout, "k\nv\n");
 }

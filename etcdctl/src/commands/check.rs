@@ -14,12 +14,21 @@ use super::Ctx;
 use crate::client::Client;
 use crate::error::{CtlError, EXIT_ERROR, Result};
 use crate::global::go_bool;
+use crate::progress::Progress;
 
 /// Check the etcd cluster
 #[derive(Subcommand, Debug)]
 pub enum CheckCmd {
     /// Check the performance of the etcd cluster
+    #[command(override_usage = "[options]")]
     Perf(PerfArgs),
+    /// Check the memory usage of holding data for different workloads on a given server endpoint.
+    #[command(verbatim_doc_comment)]
+    #[command(
+        override_usage = "[options]",
+        long_about = "If no endpoint is provided, localhost will be used. If multiple endpoints are provided, first endpoint will be used."
+    )]
+    Datascale(super::datascale::DatascaleArgs),
 }
 
 #[derive(Args, Debug)]
@@ -28,12 +37,15 @@ pub struct PerfArgs {
     #[arg(long, default_value = "s")]
     pub load: String,
     /// The prefix for writing the performance check's keys.
+    #[arg(verbatim_doc_comment)]
     #[arg(long, default_value = "/etcdctl-check-perf/")]
     pub prefix: String,
     /// Compact storage with last revision after test is finished.
+    #[arg(verbatim_doc_comment)]
     #[arg(long = "auto-compact", default_value = "false", num_args = 0..=1, default_missing_value = "true", require_equals = true, value_parser = go_bool)]
     pub auto_compact: bool,
     /// Defragment storage after test is finished.
+    #[arg(verbatim_doc_comment)]
     #[arg(long = "auto-defrag", default_value = "false", num_args = 0..=1, default_missing_value = "true", require_equals = true, value_parser = go_bool)]
     pub auto_defrag: bool,
 }
@@ -52,11 +64,12 @@ fn load(name: &str) -> Option<(u32, usize, u64)> {
 pub async fn run(ctx: &Ctx, c: &CheckCmd) -> Result<()> {
     match c {
         CheckCmd::Perf(a) => perf(ctx, a).await,
+        CheckCmd::Datascale(a) => super::datascale::run(ctx, a).await,
     }
 }
 
 /// A small generator for the random key bytes (etcd writes a random varint into the key).
-fn next_random(state: &mut u64) -> u64 {
+pub(super) fn next_random(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
     let mut z = *state;
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -65,7 +78,7 @@ fn next_random(state: &mut u64) -> u64 {
 }
 
 /// Go's binary.PutVarint into the front of `buf`.
-fn put_varint(buf: &mut [u8], v: i64) {
+pub(super) fn put_varint(buf: &mut [u8], v: i64) {
     let mut ux = (v as u64) << 1;
     if v < 0 {
         ux = !ux;
@@ -83,7 +96,7 @@ fn put_varint(buf: &mut [u8], v: i64) {
 
 async fn perf(ctx: &Ctx, a: &PerfArgs) -> Result<()> {
     let Some((limit, clients, secs)) = load(&a.load) else {
-        return Err(CtlError::InvalidInput(format!(
+        return Err(CtlError::BadFeature(format!(
             "unknown load option {}",
             a.load
         )));
@@ -108,16 +121,7 @@ async fn perf(ctx: &Ctx, a: &PerfArgs) -> Result<()> {
             a.prefix, a.prefix
         )));
     }
-    // Safety: isatty only inspects the descriptor.
-    let tty = unsafe { libc::isatty(libc::STDERR_FILENO) } == 1;
-    let bar = tty.then(|| {
-        let b = indicatif::ProgressBar::new(secs);
-        b.set_style(
-            indicatif::ProgressStyle::with_template("{pos} / {len} {wide_bar} {percent}% {eta}")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        b
-    });
+    let bar = Progress::start(secs);
     let lat: Arc<Mutex<Vec<f64>>> = Arc::default();
     let errs: Arc<Mutex<std::collections::BTreeMap<String, u64>>> = Arc::default();
     let sem = Arc::new(tokio::sync::Semaphore::new(clients));
@@ -132,16 +136,9 @@ async fn perf(ctx: &Ctx, a: &PerfArgs) -> Result<()> {
     let value = vec![0u8; 1024];
     let mut tasks = tokio::task::JoinSet::new();
     let mut n = 0usize;
-    let mut shown = 0;
     while Instant::now() < end {
         tick.tick().await;
-        if let Some(b) = &bar {
-            let s = started.elapsed().as_secs();
-            if s > shown {
-                b.set_position(s.min(secs));
-                shown = s;
-            }
-        }
+        bar.set(started.elapsed().as_secs().min(secs));
         let Ok(permit) = sem.clone().acquire_owned().await else {
             break;
         };
@@ -178,9 +175,8 @@ async fn perf(ctx: &Ctx, a: &PerfArgs) -> Result<()> {
     }
     while tasks.join_next().await.is_some() {}
     let total = started.elapsed().as_secs_f64();
-    if let Some(b) = &bar {
-        b.finish();
-    }
+    bar.set(secs);
+    bar.finish();
     // Clean up the keys (and compact and defragment when asked), as etcd does.
     let del = first
         .unary(first.kv().delete_range(DeleteRangeRequest {

@@ -16,25 +16,28 @@ use crate::printer::{EpHashKv, EpHealth, EpStatus};
 #[derive(Subcommand, Debug)]
 pub enum EndpointCmd {
     /// Checks the healthiness of endpoints specified in `--endpoints` flag
-    Health(ClusterFlag),
+    Health,
     /// Prints out the status of endpoints specified in `--endpoints` flag
-    Status(ClusterFlag),
+    #[command(
+        long_about = "When --write-out is set to simple, this command prints out comma-separated status lists for each endpoint.\nThe items in the lists are endpoint, ID, version, db size, is leader, is learner, raft term, raft index, raft applied index, errors."
+    )]
+    Status,
     /// Prints the KV history hash for each endpoint in --endpoints
     Hashkv(HashArgs),
 }
 
+/// The group with its --cluster flag, which every endpoint command inherits (as in etcd).
 #[derive(Args, Debug)]
-pub struct ClusterFlag {
+pub struct EndpointGroup {
     /// use all endpoints from the cluster member list
-    #[arg(long, default_value = "false", num_args = 0..=1, default_missing_value = "true", require_equals = true, value_parser = go_bool)]
+    #[arg(long, global = true, default_value = "false", num_args = 0..=1, default_missing_value = "true", require_equals = true, value_parser = go_bool)]
     pub cluster: bool,
+    #[command(subcommand)]
+    pub cmd: EndpointCmd,
 }
 
 #[derive(Args, Debug)]
 pub struct HashArgs {
-    /// use all endpoints from the cluster member list
-    #[arg(long, default_value = "false", num_args = 0..=1, default_missing_value = "true", require_equals = true, value_parser = go_bool)]
-    pub cluster: bool,
     /// maximum revision to hash (default: all revisions)
     #[arg(long, default_value = "0", value_parser = super::go_i64)]
     pub rev: i64,
@@ -60,11 +63,11 @@ pub async fn endpoints(ctx: &Ctx, cluster: bool) -> Result<Vec<String>> {
     Ok(eps)
 }
 
-pub async fn run(ctx: &Ctx, cmd: &EndpointCmd) -> Result<()> {
-    match cmd {
-        EndpointCmd::Health(f) => health(ctx, f.cluster).await,
-        EndpointCmd::Status(f) => status(ctx, f.cluster).await,
-        EndpointCmd::Hashkv(a) => hashkv(ctx, a).await,
+pub async fn run(ctx: &Ctx, g: &EndpointGroup) -> Result<()> {
+    match &g.cmd {
+        EndpointCmd::Health => health(ctx, g.cluster).await,
+        EndpointCmd::Status => status(ctx, g.cluster).await,
+        EndpointCmd::Hashkv(a) => hashkv(ctx, g.cluster, a).await,
     }
 }
 
@@ -147,8 +150,8 @@ async fn status(ctx: &Ctx, cluster: bool) -> Result<()> {
     Ok(())
 }
 
-async fn hashkv(ctx: &Ctx, a: &HashArgs) -> Result<()> {
-    let eps = endpoints(ctx, a.cluster).await?;
+async fn hashkv(ctx: &Ctx, cluster: bool, a: &HashArgs) -> Result<()> {
+    let eps = endpoints(ctx, cluster).await?;
     let mut results = Vec::new();
     let mut last_err = None;
     for ep in eps {

@@ -18,14 +18,18 @@ use crate::util::parse_go_i64;
 #[derive(Subcommand, Debug)]
 pub enum LeaseCmd {
     /// Creates leases
+    #[command(override_usage = "<ttl>")]
     Grant(ArgsOnly),
     /// Revokes leases
+    #[command(override_usage = "<leaseID>")]
     Revoke(ArgsOnly),
     /// Get lease information
+    #[command(override_usage = "<leaseID> [options]")]
     Timetolive(TtlArgs),
     /// List all active leases
     List,
     /// Keeps leases alive (renew)
+    #[command(override_usage = "[options] <leaseID>")]
     #[command(name = "keep-alive")]
     KeepAlive(KeepAliveArgs),
 }

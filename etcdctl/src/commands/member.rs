@@ -16,20 +16,31 @@ use crate::util::parse_go_u64;
 #[derive(Subcommand, Debug)]
 pub enum MemberCmd {
     /// Adds a member into the cluster
+    #[command(override_usage = "<memberName> [options]")]
     Add(AddArgs),
     /// Removes a member from the cluster
+    #[command(override_usage = "<memberID>")]
     Remove(IdArgs),
     /// Updates a member in the cluster
+    #[command(override_usage = "<memberID> [options]")]
     Update(UpdateArgs),
     /// Lists all members in the cluster
+    #[command(
+        long_about = "When --write-out is set to simple, this command prints out comma-separated member lists for each endpoint.\nThe items in the lists are ID, Status, Name, Peer Addrs, Client Addrs, Is Learner."
+    )]
     List,
     /// Promotes a non-voting member in the cluster
+    #[command(
+        override_usage = "<memberID>",
+        long_about = "Promotes a non-voting learner member to a voting one in the cluster."
+    )]
     Promote(IdArgs),
 }
 
 #[derive(Args, Debug)]
 pub struct AddArgs {
     /// comma separated peer URLs for the new member.
+    #[arg(verbatim_doc_comment)]
     #[arg(long = "peer-urls", default_value = "")]
     pub peer_urls: String,
     /// indicates if the new member is raft learner
@@ -41,6 +52,7 @@ pub struct AddArgs {
 #[derive(Args, Debug)]
 pub struct UpdateArgs {
     /// comma separated peer URLs for the updated member.
+    #[arg(verbatim_doc_comment)]
     #[arg(long = "peer-urls", default_value = "")]
     pub peer_urls: String,
     pub args: Vec<String>,

@@ -5,6 +5,8 @@ pub mod alarm;
 pub mod auth;
 pub mod check;
 pub mod compaction;
+pub mod completion;
+pub mod datascale;
 pub mod defrag;
 pub mod del;
 pub mod elect;

@@ -20,18 +20,27 @@ use crate::util::prefix_end;
 #[derive(Subcommand, Debug)]
 pub enum RoleCmd {
     /// Adds a new role
+    #[command(override_usage = "<role name>")]
     Add(Plain),
     /// Deletes a role
+    #[command(override_usage = "<role name>")]
     Delete(Plain),
     /// Gets detailed information of a role
+    #[command(override_usage = "<role name>")]
     Get(Plain),
     /// Lists all roles
     List,
     /// Grants a key to a role
+    #[command(override_usage = "[options] <role name> <permission type> <key> [endkey]")]
     #[command(name = "grant-permission")]
     GrantPermission(RangeArgs),
     /// Revokes a key from a role
+    #[command(override_usage = "<role name> <key> [endkey]")]
     #[command(name = "revoke-permission")]
+    #[command(
+        mut_arg("prefix", |a| a.help("revoke a prefix permission")),
+        mut_arg("from_key", |a| a.help("revoke a permission of keys that are greater than or equal to the given key using byte compare"))
+    )]
     RevokePermission(RangeArgs),
 }
 

@@ -18,10 +18,16 @@ use crate::global::go_bool;
 #[derive(Subcommand, Debug)]
 pub enum SnapshotCmd {
     /// Stores an etcd node backend snapshot to a given file
+    #[command(override_usage = "<filename>")]
     Save(SaveArgs),
     /// Gets backend snapshot status of a given file
+    #[command(
+        override_usage = "<filename>",
+        long_about = "When --write-out is set to simple, this command prints out comma-separated status lists for each endpoint.\nThe items in the lists are hash, revision, total keys, total size."
+    )]
     Status(StatusArgs),
     /// Restores an etcd member snapshot to an etcd directory
+    #[command(override_usage = "<filename> [options]")]
     Restore(RestoreArgs),
 }
 

@@ -17,6 +17,9 @@ pub struct TxnArgs {
     /// Input transaction in interactive mode
     #[arg(short = 'i', long, default_value = "false", num_args = 0..=1, default_missing_value = "true", require_equals = true, value_parser = go_bool)]
     pub interactive: bool,
+    /// Refused with etcd's message (clap would call them unknown flags).
+    #[arg(hide = true, allow_hyphen_values = true)]
+    pub args: Vec<String>,
 }
 
 /// One request line of a transaction, parsed with the commands' own flags.
@@ -219,6 +222,9 @@ pub fn read_txn(input: &mut dyn BufRead, interactive: bool, write_out: &str) -> 
 }
 
 pub async fn run(ctx: &Ctx, a: &TxnArgs) -> Result<()> {
+    if !a.args.is_empty() {
+        return Err(CtlError::bad_args("txn command does not accept argument"));
+    }
     let req = {
         let stdin = std::io::stdin();
         let mut lock = stdin.lock();

@@ -20,19 +20,25 @@ use crate::printer::{AuthAck, RoleGet};
 #[derive(Subcommand, Debug)]
 pub enum UserCmd {
     /// Adds a new user
+    #[command(override_usage = "<user name or user:password> [options]")]
     Add(AddArgs),
     /// Deletes a user
+    #[command(override_usage = "<user name>")]
     Delete(Plain),
     /// Gets detailed information of a user
+    #[command(override_usage = "<user name> [options]")]
     Get(GetArgs),
     /// Lists all users
     List,
     /// Changes password of user
+    #[command(override_usage = "<user name> [options]")]
     Passwd(PasswdArgs),
     /// Grants a role to a user
+    #[command(override_usage = "<user name> <role name>")]
     #[command(name = "grant-role")]
     GrantRole(Plain),
     /// Revokes a role from a user
+    #[command(override_usage = "<user name> <role name>")]
     #[command(name = "revoke-role")]
     RevokeRole(Plain),
 }
@@ -50,6 +56,9 @@ pub struct AddArgs {
     /// Supply password from the command line flag
     #[arg(long = "new-user-password", default_value = "")]
     pub new_user_password: String,
+    /// Create a user without password (CN based auth only)
+    #[arg(long = "no-password", default_value = "false", num_args = 0..=1, default_missing_value = "true", require_equals = true, value_parser = go_bool)]
+    pub no_password: bool,
     pub args: Vec<String>,
 }
 
@@ -100,6 +109,8 @@ pub async fn run(ctx: &Ctx, cmd: &UserCmd) -> Result<()> {
                 "user add command requires user name as its argument",
             )?;
             let (name, password) = match a.args[0].split_once(':') {
+                // Such a user logs in only by its client certificate's CN.
+                _ if a.no_password => (a.args[0].clone(), String::new()),
                 Some((n, p)) => (n.to_string(), p.to_string()),
                 None if !a.new_user_password.is_empty() => {
                     (a.args[0].clone(), a.new_user_password.clone())
@@ -111,6 +122,9 @@ pub async fn run(ctx: &Ctx, cmd: &UserCmd) -> Result<()> {
                 .unary(c.auth().user_add(AuthUserAddRequest {
                     name: name.clone(),
                     password,
+                    options: Some(proto::authpb::UserAddOptions {
+                        no_password: a.no_password,
+                    }),
                     ..Default::default()
                 }))
                 .await?;

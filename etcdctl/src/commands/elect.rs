@@ -65,7 +65,7 @@ async fn observe(ctx: &Ctx, name: Vec<u8>) -> Result<()> {
 
 async fn campaign(ctx: &Ctx, name: Vec<u8>, value: Vec<u8>, ttl: i64) -> Result<()> {
     let c = ctx.client().await?;
-    let session = Session::start(&c, ttl).await?;
+    let session = Session::start(&c, &ctx.g, ttl).await?;
     let req = CampaignRequest {
         name,
         lease: session.lease,

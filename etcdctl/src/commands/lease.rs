@@ -9,6 +9,7 @@ use proto::etcdserverpb::{
 use tokio_stream::StreamExt;
 
 use super::{Ctx, parse_lease_id};
+use crate::client::Client;
 use crate::error::{CtlError, Result};
 use crate::global::go_bool;
 use crate::printer::LeaseTtl;
@@ -120,14 +121,14 @@ async fn list(ctx: &Ctx) -> Result<()> {
     ctx.print(|p, w| p.lease_list(w, &resp))
 }
 
-async fn keep_alive(ctx: &Ctx, a: &KeepAliveArgs) -> Result<()> {
-    let Some(id) = a.args.first() else {
-        return Err(CtlError::bad_args(
-            "lease keep-alive command needs lease ID as argument",
-        ));
-    };
-    let id = parse_lease_id(id, "bad lease ID arg")?;
-    let c = ctx.client().await?;
+/// Opens a keep-alive stream and sends the first renewal on it.
+async fn open_keep_alive(
+    c: &Client,
+    id: i64,
+) -> Result<(
+    tokio::sync::mpsc::Sender<LeaseKeepAliveRequest>,
+    tonic::Streaming<proto::etcdserverpb::LeaseKeepAliveResponse>,
+)> {
     let (tx, rx) = tokio::sync::mpsc::channel::<LeaseKeepAliveRequest>(4);
     let outbound = tokio_stream::wrappers::ReceiverStream::new(rx);
     tx.send(LeaseKeepAliveRequest { id })
@@ -138,17 +139,46 @@ async fn keep_alive(ctx: &Ctx, a: &KeepAliveArgs) -> Result<()> {
         .await
         .map_err(|_| CtlError::BadConnection("context deadline exceeded".into()))?
         .map_err(|s| CtlError::BadConnection(crate::error::status_message(&s)))?;
-    let mut stream = stream.into_inner();
+    Ok((tx, stream.into_inner()))
+}
+
+/// Renews a lease until it expires; a lost connection is re-made on whichever endpoint
+/// answers (as etcd's client does), and a lease that expired meanwhile ends the command.
+async fn keep_alive(ctx: &Ctx, a: &KeepAliveArgs) -> Result<()> {
+    let Some(id) = a.args.first() else {
+        return Err(CtlError::bad_args(
+            "lease keep-alive command needs lease ID as argument",
+        ));
+    };
+    let id = parse_lease_id(id, "bad lease ID arg")?;
+    let c = ctx.client().await?;
+    let (mut tx, mut stream) = open_keep_alive(&c, id).await?;
+    let mut command_timeout = c.command_timeout;
+    let mut backoff = std::time::Duration::from_millis(100);
     loop {
-        let next = tokio::time::timeout(c.command_timeout, stream.next()).await;
+        let next = tokio::time::timeout(command_timeout, stream.next()).await;
         let resp = match next {
             Ok(Some(Ok(r))) => r,
-            Ok(Some(Err(s))) => {
-                return Err(CtlError::BadConnection(crate::error::status_message(&s)));
+            lost if a.once => {
+                return Err(CtlError::BadConnection(match lost {
+                    Ok(Some(Err(s))) => crate::error::status_message(&s),
+                    Ok(None) => "keep-alive stream closed".into(),
+                    _ => "context deadline exceeded".into(),
+                }));
             }
-            Ok(None) => return Err(CtlError::BadConnection("keep-alive stream closed".into())),
-            Err(_) => return Err(CtlError::BadConnection("context deadline exceeded".into())),
+            _ => {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(std::time::Duration::from_secs(1));
+                if let Ok(c) = Client::connect(&ctx.g).await
+                    && let Ok(opened) = open_keep_alive(&c, id).await
+                {
+                    (tx, stream) = opened;
+                    command_timeout = c.command_timeout;
+                }
+                continue;
+            }
         };
+        backoff = std::time::Duration::from_millis(100);
         if resp.ttl <= 0 {
             if a.once {
                 return Err(CtlError::BadConnection(
@@ -165,8 +195,7 @@ async fn keep_alive(ctx: &Ctx, a: &KeepAliveArgs) -> Result<()> {
         // Renew at a third of the TTL, as etcd's client does.
         let wait = std::time::Duration::from_millis((resp.ttl.max(1) as u64) * 1000 / 3);
         tokio::time::sleep(wait).await;
-        tx.send(LeaseKeepAliveRequest { id })
-            .await
-            .map_err(|_| CtlError::BadConnection("keep-alive stream closed".into()))?;
+        // A send that fails means the stream is gone; the next read notices and reconnects.
+        let _ = tx.send(LeaseKeepAliveRequest { id }).await;
     }
 }

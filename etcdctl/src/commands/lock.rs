@@ -31,7 +31,7 @@ pub async fn run(ctx: &Ctx, a: &LockArgs) -> Result<()> {
     // Flags anywhere belong to etcdctl; a command with flags of its own comes after `--`.
     let command: Vec<String> = command.iter().chain(&a.exec).cloned().collect();
     let c = ctx.client().await?;
-    let session = Session::start(&c, a.ttl).await?;
+    let session = Session::start(&c, &ctx.g, a.ttl).await?;
     // Waiting for the lock has no deadline: that is the point of the command.
     let mut lock = c.lock();
     let locked = tokio::select! {

@@ -8,6 +8,7 @@ use tokio_stream::StreamExt;
 
 use crate::client::Client;
 use crate::error::Result;
+use crate::global::GlobalArgs;
 
 pub struct Session {
     pub lease: i64,
@@ -15,31 +16,58 @@ pub struct Session {
 }
 
 impl Session {
-    pub async fn start(c: &Client, ttl: i64) -> Result<Session> {
+    /// Grants the lease and keeps it alive; a lost connection is re-made on whichever of the
+    /// endpoints answers, as etcd's client does, so a brief outage does not drop the lock.
+    pub async fn start(c: &Client, g: &GlobalArgs, ttl: i64) -> Result<Session> {
         let resp = c
             .unary(c.lease().lease_grant(LeaseGrantRequest { ttl, id: 0 }))
             .await?;
         let id = resp.id;
-        let mut lease = c.lease();
         let period = Duration::from_millis((resp.ttl.max(1) as u64) * 1000 / 3);
+        let (first, g) = (c.clone(), g.clone());
         let keepalive = tokio::spawn(async move {
-            let (tx, rx) = tokio::sync::mpsc::channel(1);
-            let Ok(stream) = lease
-                .lease_keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
-                .await
-            else {
-                return;
-            };
-            let mut stream = stream.into_inner();
+            let mut conn = Some(first);
+            let mut backoff = Duration::from_millis(100);
             loop {
+                let c = match conn.take() {
+                    Some(c) => c,
+                    None => match Client::connect(&g).await {
+                        Ok(c) => c,
+                        Err(_) => {
+                            tokio::time::sleep(backoff).await;
+                            backoff = (backoff * 2).min(Duration::from_secs(1));
+                            continue;
+                        }
+                    },
+                };
+                let (tx, rx) = tokio::sync::mpsc::channel(1);
+                // The first renewal goes in before the call: etcd answers a stream's headers
+                // with its first message, so the call would otherwise wait forever.
                 if tx.send(LeaseKeepAliveRequest { id }).await.is_err() {
                     return;
                 }
-                match stream.next().await {
-                    Some(Ok(_)) => {}
-                    _ => return,
+                let opened = c
+                    .lease()
+                    .lease_keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
+                    .await;
+                let Ok(stream) = opened else {
+                    tokio::time::sleep(backoff).await;
+                    continue;
+                };
+                let mut stream = stream.into_inner();
+                loop {
+                    match stream.next().await {
+                        // Expired or revoked: nothing left to keep.
+                        Some(Ok(r)) if r.ttl <= 0 => return,
+                        Some(Ok(_)) => backoff = Duration::from_millis(100),
+                        _ => break,
+                    }
+                    tokio::time::sleep(period).await;
+                    if tx.send(LeaseKeepAliveRequest { id }).await.is_err() {
+                        break;
+                    }
                 }
-                tokio::time::sleep(period).await;
+                tokio::time::sleep(backoff).await;
             }
         });
         Ok(Session {

@@ -93,8 +93,14 @@ fn run_exec(exec: &[String], resp: &WatchResponse) {
     }
 }
 
-/// Streams one watch until the server cancels it.
-async fn stream_watch(ctx: &Ctx, c: &Client, req: WatchRequest, exec: &[String]) -> Result<()> {
+/// Opens a watch stream with one create request; the sender keeps the stream open.
+async fn open(
+    c: &Client,
+    req: WatchRequest,
+) -> Result<(
+    tokio::sync::mpsc::Sender<WatchRequest>,
+    tonic::Streaming<WatchResponse>,
+)> {
     let (tx, rx) = tokio::sync::mpsc::channel::<WatchRequest>(1);
     tx.send(req)
         .await
@@ -105,34 +111,72 @@ async fn stream_watch(ctx: &Ctx, c: &Client, req: WatchRequest, exec: &[String])
         .await
         .map_err(|_| CtlError::other("context deadline exceeded"))?
         .map_err(|s| CtlError::other(status_message(&s)))?;
-    let mut stream = resp.into_inner();
-    while let Some(msg) = stream.next().await {
-        let resp = msg.map_err(|s| CtlError::other(status_message(&s)))?;
-        if resp.canceled {
-            let reason = if !resp.cancel_reason.is_empty() {
-                resp.cancel_reason.clone()
-            } else if resp.compact_revision > 0 {
-                "etcdserver: mvcc: required revision has been compacted".to_string()
-            } else {
-                "canceled".to_string()
-            };
-            eprintln!("watch was canceled ({reason})");
-            return Err(CtlError::Interrupted(
-                "watch is canceled by the server".into(),
-            ));
-        }
-        // The creation acknowledgement is not an event; etcd's client never shows it.
-        if resp.created && resp.events.is_empty() {
-            continue;
-        }
-        ctx.print(|p, w| p.watch(w, &resp))?;
-        run_exec(exec, &resp);
+    Ok((tx, resp.into_inner()))
+}
+
+/// The same watch starting at `rev` (0: from now).
+fn from_revision(req: &WatchRequest, rev: i64) -> WatchRequest {
+    let mut req = req.clone();
+    if let Some(watch_request::RequestUnion::CreateRequest(cr)) = &mut req.request_union {
+        cr.start_revision = rev;
     }
-    // Keep the sender alive until here so the stream is not half-closed early.
-    drop(tx);
-    Err(CtlError::Interrupted(
-        "watch is canceled by the server".into(),
-    ))
+    req
+}
+
+/// Streams one watch until the server cancels it. When the connection is lost the watch is
+/// resumed, on whichever endpoint answers, from the revision after the last one delivered (as
+/// etcd's client does), so no event is missed or shown twice.
+async fn stream_watch(ctx: &Ctx, c: &Client, req: WatchRequest, exec: &[String]) -> Result<()> {
+    let mut next = match &req.request_union {
+        Some(watch_request::RequestUnion::CreateRequest(cr)) => cr.start_revision,
+        _ => 0,
+    };
+    let (mut tx, mut stream) = open(c, req.clone()).await?;
+    let mut backoff = std::time::Duration::from_millis(100);
+    loop {
+        while let Some(Ok(resp)) = stream.next().await {
+            backoff = std::time::Duration::from_millis(100);
+            if resp.canceled {
+                let reason = if !resp.cancel_reason.is_empty() {
+                    resp.cancel_reason.clone()
+                } else if resp.compact_revision > 0 {
+                    "etcdserver: mvcc: required revision has been compacted".to_string()
+                } else {
+                    "canceled".to_string()
+                };
+                eprintln!("watch was canceled ({reason})");
+                return Err(CtlError::Interrupted(
+                    "watch is canceled by the server".into(),
+                ));
+            }
+            let header_rev = resp.header.as_ref().map(|h| h.revision).unwrap_or(0);
+            if let Some(last) = resp.events.last().and_then(|e| e.kv.as_ref()) {
+                next = last.mod_revision + 1;
+            } else if !resp.created || next == 0 {
+                // Created from now, or a progress notification: all up to here is delivered.
+                next = next.max(header_rev + 1);
+            }
+            // The creation acknowledgement is not an event; etcd's client never shows it.
+            if resp.created && resp.events.is_empty() {
+                continue;
+            }
+            ctx.print(|p, w| p.watch(w, &resp))?;
+            run_exec(exec, &resp);
+        }
+        drop(tx);
+        // The stream broke (or the member went away): reconnect and resume.
+        loop {
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(std::time::Duration::from_secs(1));
+            let Ok(c) = Client::connect(&ctx.g).await else {
+                continue;
+            };
+            if let Ok(opened) = open(&c, from_revision(&req, next)).await {
+                (tx, stream) = opened;
+                break;
+            }
+        }
+    }
 }
 
 pub async fn run(ctx: &Ctx, a: &WatchArgs) -> Result<()> {

@@ -530,9 +530,17 @@ fn corruption_is_found_at_start_and_by_the_leaders_periodic_check() {
         assert!(Instant::now() < deadline, "no CORRUPT alarm was raised");
         std::thread::sleep(Duration::from_millis(200));
     }
-    // Then the cluster refuses reads and writes, as etcd's does.
+    // Then the cluster refuses changes and still serves reads, as etcd 3.4 does.
     let out = c.nodes[1].etcdctl(&["put", "c", "3"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("etcdserver: corrupt cluster"));
+    let out = c.nodes[1].etcdctl(&["lease", "grant", "10"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("etcdserver: corrupt cluster"));
+    assert_eq!(
+        c.nodes[1].etcdctl_ok(&["get", "c", "--print-value-only"]),
+        ""
+    );
+    let health = c.nodes[1].etcdctl(&["endpoint", "health"]);
+    assert!(health.status.success(), "{health:?}");
 }
 
 #[test]

@@ -497,3 +497,81 @@ fn go_etcdctl_check_datascale_passes() {
     ]);
     assert!(left.trim().is_empty());
 }
+
+/// With the CORRUPT alarm raised (through the gateway, as any client may), etcd 3.4 refuses
+/// KV and lease changes and still serves reads, renewals and health; ours answers each
+/// Go etcdctl command with the same exit code and error.
+#[test]
+fn corrupt_alarm_refuses_what_etcd_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let ours = RealEtcd::start_bin(OURS, &dir.path().join("ours"), "ours", &[]);
+    let real = RealEtcd::start(&dir.path().join("real"), "real");
+    let mut seen = Vec::new();
+    for e in [&ours, &real] {
+        e.etcdctl_ok(&["put", "a", "1"]);
+        let granted = e.etcdctl_ok(&["lease", "grant", "100"]);
+        let lease = granted.split_whitespace().nth(1).unwrap().to_string();
+        let status: Value =
+            serde_json::from_str(&post(&e.client_url, "/v3/maintenance/status", "{}").body)
+                .unwrap();
+        let member = status["header"]["member_id"].as_str().unwrap().to_string();
+        let body = format!(r#"{{"action":"ACTIVATE","memberID":"{member}","alarm":"CORRUPT"}}"#);
+        let r = post(&e.client_url, "/v3/maintenance/alarm", &body);
+        assert_eq!(r.status, 200, "{}", r.body);
+        let mut answers = Vec::new();
+        let cases: Vec<Vec<&str>> = vec![
+            vec!["get", "a"],
+            vec!["get", "a", "--consistency=s"],
+            vec!["put", "b", "2"],
+            vec!["del", "a"],
+            vec!["compaction", "1"],
+            vec!["lease", "grant", "10"],
+            vec!["lease", "revoke", &lease],
+            vec!["lease", "timetolive", &lease],
+            vec!["lease", "keep-alive", "--once", &lease],
+            vec!["endpoint", "health"],
+            vec!["alarm", "list"],
+        ];
+        for args in &cases {
+            let out = e.etcdctl(args);
+            let err = String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .rfind(|l| !l.starts_with("{\"level\""))
+                .unwrap_or("")
+                .to_string();
+            answers.push((args.join(" "), out.status.code(), err));
+        }
+        for (input, what) in [("\n\nget a\n", "read txn"), ("\n\nput c 3\n", "write txn")] {
+            let out = e.etcdctl_stdin(&["txn"], input);
+            let err = String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .rfind(|l| !l.starts_with("{\"level\""))
+                .unwrap_or("")
+                .to_string();
+            answers.push((what.to_string(), out.status.code(), err));
+        }
+        seen.push(answers);
+    }
+    // Health lines carry the URL and a time: compared by their verdict.
+    let verdict = |s: &str| {
+        if s.contains(" is healthy") {
+            "healthy".to_string()
+        } else if s.contains(" is unhealthy") {
+            "unhealthy".to_string()
+        } else {
+            s.to_string()
+        }
+    };
+    let (ours_seen, real_seen) = (&seen[0], &seen[1]);
+    for (o, r) in ours_seen.iter().zip(real_seen) {
+        assert_eq!(
+            (o.1, verdict(&o.2)),
+            (r.1, verdict(&r.2)),
+            "{} (etcd: {})",
+            o.0,
+            r.0
+        );
+    }
+    assert!(real_seen.iter().any(|a| a.2.contains("corrupt cluster")));
+    assert!(real_seen.iter().any(|a| a.0 == "get a" && a.1 == Some(0)));
+}

@@ -55,6 +55,7 @@ async fn if_leader(
     leader: &LeaderKey,
     op: Op,
 ) -> Result<bool, Status> {
+    server.guard_write()?;
     let txn = TxnRequest {
         compare: vec![Compare {
             result: compare::CompareResult::Equal as i32,

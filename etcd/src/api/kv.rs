@@ -75,7 +75,7 @@ impl Kv for KvService {
     async fn put(&self, request: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
         let ai = identity(&self.server, &request)?;
         let r = request.into_inner();
-        self.server.guard(false)?;
+        self.server.guard_write()?;
         kv::check_put(&r)?;
         self.server.auth().check(&ai, &r.key, b"", Access::Write)?;
         self.server
@@ -105,7 +105,7 @@ impl Kv for KvService {
     ) -> Result<Response<DeleteRangeResponse>, Status> {
         let ai = identity(&self.server, &request)?;
         let r = request.into_inner();
-        self.server.guard(false)?;
+        self.server.guard_write()?;
         kv::check_delete(&r)?;
         if r.prev_kv {
             self.server
@@ -138,7 +138,11 @@ impl Kv for KvService {
         let r = request.into_inner();
         self.server.guard(false)?;
         kv::check_txn(&r, self.server.cfg().max_txn_ops)?;
-        if kv::is_read_only_txn(&r) {
+        let read_only = kv::is_read_only_txn(&r);
+        if !read_only {
+            self.server.guard_write()?;
+        }
+        if read_only {
             // A txn that only reads is served like a Range, without going through raft.
             self.server.linearizable_read().await?;
             self.server.auth().check_txn(&ai, &r)?;
@@ -181,7 +185,7 @@ impl Kv for KvService {
         // etcd checks no permission for compaction, only that a token given is valid.
         let ai = identity(&self.server, &request)?;
         let r = request.into_inner();
-        self.server.guard(false)?;
+        self.server.guard_write()?;
         let (applied, rev) = self
             .propose(
                 &ai,

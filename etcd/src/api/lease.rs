@@ -36,7 +36,7 @@ impl Lease for LeaseService {
         &self,
         r: Request<LeaseGrantRequest>,
     ) -> Result<Response<LeaseGrantResponse>, Status> {
-        self.server.guard(false)?;
+        self.server.guard_write()?;
         let mut r = r.into_inner();
         if r.ttl > MAX_LEASE_TTL {
             return Err(errors::LEASE_TTL_TOO_LARGE.status());
@@ -65,7 +65,7 @@ impl Lease for LeaseService {
         &self,
         r: Request<LeaseRevokeRequest>,
     ) -> Result<Response<LeaseRevokeResponse>, Status> {
-        self.server.guard(false)?;
+        self.server.guard_write()?;
         // Revoking deletes the lease's keys: the caller must be able to write every one.
         let ai = identity(&self.server, &r)?;
         let r = r.into_inner();

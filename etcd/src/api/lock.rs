@@ -46,6 +46,7 @@ pub(crate) async fn create_once(
     value: &[u8],
     lease: i64,
 ) -> Result<(i64, bool), Status> {
+    server.guard_write()?;
     let txn = TxnRequest {
         compare: vec![Compare {
             result: compare::CompareResult::Equal as i32,
@@ -147,6 +148,7 @@ impl Lock for LockService {
         let ai = identity(&self.server, &r)?;
         let key = r.into_inner().key;
         check_recipe(&self.server, &ai, b"", Some(&key))?;
+        self.server.guard_write()?;
         let out = self
             .server
             .propose(InternalRaftRequest {

@@ -263,12 +263,19 @@ impl EtcdServer {
         rx.await.map_err(|_| errors::STOPPED)
     }
 
-    /// What etcd refuses before touching the store: a learner serves only serializable reads
-    /// (and Status, MemberList); with the CORRUPT alarm raised nothing is read or written.
+    /// What etcd refuses before reading: a learner serves only serializable reads (and
+    /// Status, MemberList).
     pub fn guard(&self, serializable_read: bool) -> Result<(), ApiError> {
         if !serializable_read && self.is_learner() {
             return Err(errors::NOT_SUPPORTED_FOR_LEARNER);
         }
+        Ok(())
+    }
+
+    /// What etcd refuses before a change: what `guard` refuses, and, with the CORRUPT alarm
+    /// raised, every KV and lease change (reads, watches and renewals go on, as in etcd 3.4).
+    pub fn guard_write(&self) -> Result<(), ApiError> {
+        self.guard(false)?;
         if self
             .shared
             .alarms

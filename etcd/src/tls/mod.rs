@@ -546,21 +546,25 @@ mod tests {
         };
         let server = TlsServer::new(&info, Side::Peer, dir.path(), &["127.0.0.1".into()]).unwrap();
         assert!(dir.path().join("fixtures/peer/cert.pem").is_file());
-        let client = client_config(&info, true).unwrap();
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
-        let accept = tokio::spawn(async move {
-            let (tcp, _) = l.accept().await.unwrap();
-            server.accept(tcp).await.map(|(_, cn)| cn)
+        let (seen, mut cns) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = l.accept().await {
+                let _ = seen.send(server.accept(tcp).await.map(|(_, cn)| cn).ok());
+            }
         });
-        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let name = rustls_pki_types::ServerName::try_from("127.0.0.1").unwrap();
-        tokio_rustls::TlsConnector::from(client)
-            .connect(name, tcp)
-            .await
-            .unwrap();
-        assert_eq!(accept.await.unwrap().unwrap(), None);
-        // Without skipping verification and without a CA the dialer is refused at setup.
-        assert!(client_config(&info, false).is_err());
+        let dial = |config: Arc<rustls::ClientConfig>| async move {
+            connect(config, "127.0.0.1", addr.port()).await
+        };
+        dial(client_config(&info, true).unwrap()).await.unwrap();
+        assert_eq!(cns.recv().await, Some(Some(None)));
+        // Without skipping verification and without a CA, the system's roots are used (as
+        // Go does), and they do not know a self-signed certificate. A machine with no roots
+        // at all refuses already at setup.
+        match client_config(&info, false) {
+            Ok(strict) => assert!(dial(strict).await.is_err()),
+            Err(e) => assert!(e.contains("no system CA certificates"), "{e}"),
+        }
     }
 }

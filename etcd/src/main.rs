@@ -70,6 +70,7 @@ fn run(cfg: Config) -> Result<(), String> {
         let peer_listeners = etcd::transport::service::bind(&cfg.listen_peer_urls).await?;
         let metrics_listeners = etcd::api::serve::bind(&cfg.listen_metrics_urls).await?;
         etcd::metrics::install();
+        etcd::server::heap::start();
         let client_tls = client_tls(&cfg)?;
         let peer_tls = etcd::transport::peer_tls::server_config(&cfg)?;
         let server = EtcdServer::start(cfg).await.map_err(|e| e.to_string())?;

@@ -104,6 +104,7 @@ impl Maintenance for MaintenanceService {
                 took = ?started.elapsed(),
                 "finished defragmenting directory"
             );
+            crate::server::heap::release_soon();
             Ok::<(), Status>(())
         })
         .await

@@ -95,6 +95,13 @@ impl Recent {
             self.bytes = 0;
         }
         let size = approx_size(&events);
+        if size > RECENT_BYTES {
+            // One revision bigger than the whole budget (a delete of a large range) is not
+            // kept, nor what came before it: watchers read those from the backend.
+            self.revs.clear();
+            self.bytes = 0;
+            return;
+        }
         self.revs.push_back((rev, events, size));
         self.bytes += size;
         while self.revs.len() > RECENT_REVS || (self.bytes > RECENT_BYTES && self.revs.len() > 1) {
@@ -693,5 +700,37 @@ impl Drop for WriteTxn<'_> {
                 tracing::error!(error = %e, "backend commit after a failed apply");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one_event(value_len: usize) -> Arc<Vec<Event>> {
+        Arc::new(vec![Event {
+            kv: Some(proto::mvccpb::KeyValue {
+                key: b"k".to_vec(),
+                value: vec![0; value_len],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }])
+    }
+
+    #[test]
+    fn a_revision_over_the_budget_is_not_kept() {
+        let mut r = Recent::default();
+        r.push(1, one_event(10));
+        r.push(2, one_event(10));
+        assert_eq!(r.revs.len(), 2);
+        r.push(3, one_event(RECENT_BYTES + 1));
+        assert!(r.revs.is_empty());
+        assert_eq!(r.bytes, 0);
+        r.push(4, one_event(10));
+        assert_eq!(r.revs.len(), 1);
+        // Older revisions give way to stay within the budget.
+        r.push(5, one_event(RECENT_BYTES - 100));
+        assert_eq!(r.revs.iter().map(|x| x.0).collect::<Vec<_>>(), [5]);
     }
 }

@@ -311,7 +311,11 @@ pub fn apply_normal(
     let mut result = result;
     if let Some(at) = compact_to {
         result = match store.compact(at) {
-            Ok(()) => result,
+            Ok(()) => {
+                // The old revisions' index entries and cached events were just dropped.
+                super::heap::release_soon();
+                result
+            }
             Err(MvccError::Compacted) => Err(errors::COMPACTED),
             Err(MvccError::FutureRev) => Err(errors::FUTURE_REV),
             Err(other) => Err(kv::mvcc_error(other)),

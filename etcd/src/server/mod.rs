@@ -6,6 +6,7 @@ pub mod apply;
 pub mod bootstrap;
 pub mod compactor;
 pub mod corrupt;
+pub mod heap;
 pub mod raft_loop;
 pub mod reconfig;
 pub mod wait;

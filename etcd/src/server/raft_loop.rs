@@ -319,6 +319,8 @@ impl RaftLoop {
             let _ = self.node.storage_mut().compact(index - keep);
         }
         self.snapshot_index = index;
+        // The raft log behind the snapshot was just dropped.
+        super::heap::release_soon();
         tracing::info!(snapshot_index = index, term, "saved snapshot");
         let cfg = &self.shared.cfg;
         match common::wal::purge(&cfg.wal_dir(), cfg.max_wals) {

@@ -205,6 +205,24 @@ async fn watch_latency(url: &str, puts: usize) -> (f64, f64) {
     (at(0.5), at(0.99))
 }
 
+/// A gauge from the server's /metrics (both servers serve it on the client port).
+fn metric(url: &str, name: &str) -> f64 {
+    use std::io::{Read, Write};
+    let host = url.trim_start_matches("http://");
+    let Ok(mut s) = std::net::TcpStream::connect(host) else {
+        return 0.0;
+    };
+    let req = format!("GET /metrics HTTP/1.0\r\nHost: {host}\r\n\r\n");
+    let mut body = String::new();
+    if s.write_all(req.as_bytes()).is_err() || s.read_to_string(&mut body).is_err() {
+        return 0.0;
+    }
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
 fn peak_rss_kb(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
@@ -232,7 +250,7 @@ fn main() {
     let only = std::env::var("BENCH_ONLY").ok();
     for (name, bin) in [("etcd", "etcd"), ("ours", OURS)] {
         if only.as_deref().is_some_and(|o| o != name) {
-            results.push((name, (0.0, 0.0, 0.0, 0.0, (0.0, 0.0), 0), 0, 0));
+            results.push((name, (0.0, 0.0, 0.0, 0.0, (0.0, 0.0), 0), 0, 0, 0.0));
             continue;
         }
         // The test support starts a server on free ports and waits until it is healthy.
@@ -260,13 +278,14 @@ fn main() {
             (put1, put64, rl, rs, wl, rev)
         });
         let rss = s.child.as_ref().map(|c| peak_rss_kb(c.id())).unwrap_or(0);
+        let in_use = metric(&url, "etcd_mvcc_db_total_size_in_use_in_bytes");
         let db = std::fs::metadata(s.data_dir.join("member/snap/db"))
             .map(|m| m.len())
             .unwrap_or(0);
-        results.push((name, r, rss, db));
+        results.push((name, r, rss, db, in_use));
     }
-    let (_, e, e_rss, e_db) = results[0];
-    let (_, o, o_rss, o_db) = results[1];
+    let (_, e, e_rss, e_db, e_use) = results[0];
+    let (_, o, o_rss, o_db, o_use) = results[1];
     rows.push(("put/s, 1 client".into(), e.0, o.0));
     rows.push(("put/s, 64 clients".into(), e.1, o.1));
     rows.push(("range/s linearizable, 64 clients".into(), e.2, o.2));
@@ -286,6 +305,12 @@ fn main() {
         "db bytes per revision".into(),
         per_rev(e_db, e.5),
         per_rev(o_db, o.5),
+    ));
+    // The file grows in steps; the pages in use are what the data takes.
+    rows.push((
+        "db bytes in use per revision".into(),
+        per_rev(e_use as u64, e.5),
+        per_rev(o_use as u64, o.5),
     ));
     println!("server benchmark: {secs}s per load, 256-byte values, same machine and disk");
     println!(

@@ -59,18 +59,20 @@ mod tests {
 
     #[test]
     fn a_trim_returns_freed_heap_pages_to_the_os() {
-        // 64 MiB in chunks below the mmap threshold, then a live chunk above them so that
-        // free() cannot give them back by shrinking the heap top: only a trim can.
-        let chunks: Vec<Vec<u8>> = (0..1024).map(|i| vec![i as u8; 64 << 10]).collect();
-        let pin = vec![1u8; 1024];
-        drop(chunks);
+        // 64 MiB in chunks below the mmap threshold; every other one is freed, so each free
+        // chunk sits between live ones and free() alone can never give its pages back.
+        let mut chunks: Vec<Option<Vec<u8>>> =
+            (0..1024).map(|i| Some(vec![i as u8; 64 << 10])).collect();
+        for c in chunks.iter_mut().step_by(2) {
+            *c = None;
+        }
         let before = rss_bytes();
         trim();
         let after = rss_bytes();
         assert!(
-            before.saturating_sub(after) > 32 << 20,
+            before.saturating_sub(after) > 16 << 20,
             "rss {before} -> {after}"
         );
-        assert_eq!(pin[1023], 1);
+        assert!(chunks.iter().flatten().all(|c| c.len() == 64 << 10));
     }
 }

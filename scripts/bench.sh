@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Benchmarks (not tests): prints throughput/latency numbers, side by side with a baseline in
 # the same run, since absolute numbers drift on shared machines.
-# Usage: scripts/bench.sh [wal|backend|raft|server|cluster|etcdutl|all]
+# Usage: scripts/bench.sh [wal|backend|raft|server|datascale|cluster|etcdutl|all]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
@@ -11,13 +11,14 @@ run() {
     backend) cargo bench -p common --bench backend ;;
     raft) cargo bench -p etcd --bench raft ;;
     server) scripts/deps.sh && cargo bench -p etcd --bench server ;;
+    datascale) scripts/deps.sh && cargo bench -p etcd --bench datascale ;;
     cluster) scripts/deps.sh && cargo bench -p etcd --bench cluster ;;
     etcdutl) scripts/deps.sh && cargo bench -p etcdutl --bench restore ;;
-    *) echo "bench.sh: unknown benchmark '$1' (known: wal, backend, raft, server, cluster, etcdutl, all)" >&2; exit 2 ;;
+    *) echo "bench.sh: unknown benchmark '$1' (known: wal, backend, raft, server, datascale, cluster, etcdutl, all)" >&2; exit 2 ;;
   esac
 }
 if [ "$what" = all ]; then
-  for b in wal backend raft server cluster etcdutl; do run "$b"; done
+  for b in wal backend raft server datascale cluster etcdutl; do run "$b"; done
 else
   run "$what"
 fi

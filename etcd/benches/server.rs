@@ -107,9 +107,9 @@ async fn load_keys(url: &str, n: usize) {
     }
 }
 
-/// Delivery latency of put events to 100 watchers (one stream each, over 4 connections):
+/// Delivery latency of put events to `watchers` watchers (one stream each, over 4 connections):
 /// from sending the put to each watcher's receipt. Returns (p50, p99) in milliseconds.
-async fn watch_latency(url: &str, puts: usize) -> (f64, f64) {
+async fn watch_latency(url: &str, puts: usize, watchers: usize) -> (f64, f64) {
     use proto::etcdserverpb::{
         WatchCreateRequest, WatchRequest, watch_client::WatchClient, watch_request,
     };
@@ -128,8 +128,8 @@ async fn watch_latency(url: &str, puts: usize) -> (f64, f64) {
         );
     }
     let mut tasks = Vec::new();
-    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<()>(100);
-    for i in 0..100 {
+    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<()>(watchers.max(1));
+    for i in 0..watchers {
         let mut wc = WatchClient::new(chans[i % 4].clone());
         let (sent, lat, ready) = (sent.clone(), lat.clone(), ready_tx.clone());
         tasks.push(tokio::spawn(async move {
@@ -175,7 +175,7 @@ async fn watch_latency(url: &str, puts: usize) -> (f64, f64) {
             drop(tx);
         }));
     }
-    for _ in 0..100 {
+    for _ in 0..watchers {
         let _ = ready_rx.recv().await;
     }
     let mut kv = connect(url).await;
@@ -248,6 +248,10 @@ fn main() {
     let mut rows: Vec<(String, f64, f64)> = Vec::new();
     let mut results = Vec::new();
     let only = std::env::var("BENCH_ONLY").ok();
+    let watchers: usize = std::env::var("BENCH_WATCHERS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100);
     for (name, bin) in [("etcd", "etcd"), ("ours", OURS)] {
         if only.as_deref().is_some_and(|o| o != name) {
             results.push((name, (0.0, 0.0, 0.0, 0.0, (0.0, 0.0), 0), 0, 0, 0.0));
@@ -263,7 +267,7 @@ fn main() {
             load_keys(&url, keys).await;
             let rl = load(&url, 64, secs, "range-l").await;
             let rs = load(&url, 64, secs, "range-s").await;
-            let wl = watch_latency(&url, 200).await;
+            let wl = watch_latency(&url, 200, watchers).await;
             let rev = connect(&url)
                 .await
                 .range(RangeRequest {
@@ -290,8 +294,16 @@ fn main() {
     rows.push(("put/s, 64 clients".into(), e.1, o.1));
     rows.push(("range/s linearizable, 64 clients".into(), e.2, o.2));
     rows.push(("range/s serializable, 64 clients".into(), e.3, o.3));
-    rows.push(("watch delivery ms p50, 100 watchers".into(), e.4.0, o.4.0));
-    rows.push(("watch delivery ms p99, 100 watchers".into(), e.4.1, o.4.1));
+    rows.push((
+        format!("watch delivery ms p50, {watchers} watchers"),
+        e.4.0,
+        o.4.0,
+    ));
+    rows.push((
+        format!("watch delivery ms p99, {watchers} watchers"),
+        e.4.1,
+        o.4.1,
+    ));
     rows.push((
         format!("peak RSS KiB after {keys} keys"),
         e_rss as f64,

@@ -159,7 +159,13 @@ impl<S: Subscriber> Layer<S> for ZapLayer {
 /// Installs the zap-style logger as the process's tracing subscriber.
 pub fn init(outputs: &[String], level: LogLevel) -> std::io::Result<()> {
     let layer = ZapLayer::new(outputs, level)?;
-    let _ = tracing_subscriber::registry().with(layer).try_init();
+    // The level as a filter, not only a check in on_event: callsites below it (h2's and
+    // hyper's trace spans and events on every frame) are then never enabled, so they cost
+    // nothing instead of a span in the registry per poll.
+    let filter = tracing_subscriber::filter::LevelFilter::from_level(layer.max_level);
+    let _ = tracing_subscriber::registry()
+        .with(layer.with_filter(filter))
+        .try_init();
     Ok(())
 }
 

@@ -7,8 +7,30 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// A port that was free a moment ago on 127.0.0.1 (the OS picks it).
+/// A port that was free a moment ago on 127.0.0.1. It is taken below Linux's ephemeral range
+/// (32768..61000): a port the OS hands out for port 0 can meanwhile become the local port of one
+/// of the many client connections the tests open, and the server meant for it then fails to
+/// bind. Each call in a process gets another port.
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    if NEXT.load(Ordering::Relaxed) == u32::MAX {
+        // Start somewhere else in each process, so that test binaries do not all begin alike.
+        let seed = std::process::id()
+            ^ std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.subsec_nanos())
+                .unwrap_or(0);
+        let _ = NEXT.compare_exchange(u32::MAX, seed % SPAN, Ordering::Relaxed, Ordering::Relaxed);
+    }
+    for _ in 0..SPAN {
+        let port = (LOW + NEXT.fetch_add(1, Ordering::Relaxed) % SPAN) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
     l.local_addr().expect("local addr").port()
 }

@@ -243,10 +243,14 @@ impl Node {
                 return;
             }
             if let Some(st) = self.exited() {
+                // The temp dir goes with the test: show the log's end here.
+                let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(5).collect();
                 panic!(
-                    "member {} exited ({st}); log: {}",
+                    "member {} exited ({st}); log {} ends:\n{}",
                     self.name,
-                    self.log_path().display()
+                    self.log_path().display(),
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
                 );
             }
             assert!(

@@ -68,6 +68,25 @@ pub async fn run(ctx: &Ctx, c: &CheckCmd) -> Result<()> {
     }
 }
 
+/// Refuses a prefix that already holds keys, as etcd's checks do (they delete it afterwards).
+pub(super) async fn ensure_prefix_unused(c: &Client, prefix: &str) -> Result<()> {
+    let key = prefix.as_bytes().to_vec();
+    let existing = c
+        .unary(c.kv().range(RangeRequest {
+            range_end: crate::util::prefix_end(&key),
+            key,
+            limit: 1,
+            ..Default::default()
+        }))
+        .await?;
+    if !existing.kvs.is_empty() {
+        return Err(CtlError::InvalidInput(format!(
+            "prefix {prefix:?} has keys. Delete with etcdctl del --prefix {prefix} first"
+        )));
+    }
+    Ok(())
+}
+
 /// A small generator for the random key bytes (etcd writes a random varint into the key).
 pub(super) fn next_random(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -107,20 +126,7 @@ async fn perf(ctx: &Ctx, a: &PerfArgs) -> Result<()> {
     }
     let first = conns[0].clone();
     let prefix = a.prefix.as_bytes().to_vec();
-    let existing = first
-        .unary(first.kv().range(RangeRequest {
-            key: prefix.clone(),
-            range_end: crate::util::prefix_end(&prefix),
-            limit: 1,
-            ..Default::default()
-        }))
-        .await?;
-    if !existing.kvs.is_empty() {
-        return Err(CtlError::InvalidInput(format!(
-            "prefix {:?} has keys. Delete with etcdctl del --prefix {} first",
-            a.prefix, a.prefix
-        )));
-    }
+    ensure_prefix_unused(&first, &a.prefix).await?;
     let bar = Progress::start(secs);
     let lat: Arc<Mutex<Vec<f64>>> = Arc::default();
     let errs: Arc<Mutex<std::collections::BTreeMap<String, u64>>> = Arc::default();

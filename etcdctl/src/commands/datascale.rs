@@ -5,9 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use clap::Args;
-use proto::etcdserverpb::{
-    CompactionRequest, DefragmentRequest, DeleteRangeRequest, PutRequest, RangeRequest,
-};
+use proto::etcdserverpb::{CompactionRequest, DefragmentRequest, DeleteRangeRequest, PutRequest};
 
 use super::Ctx;
 use super::check::{next_random, put_varint};
@@ -57,6 +55,20 @@ async fn resident_bytes(ctx: &Ctx, ep: &str) -> std::result::Result<f64, String>
     parse_series(&text, RSS_SERIES).ok_or_else(|| format!("could not find: {RSS_SERIES}"))
 }
 
+/// A usable reading, or etcd's FAIL lines (`when`: before or after the puts) and exit 1.
+fn reading_or_fail(r: std::result::Result<f64, String>, when: &str) -> f64 {
+    match r {
+        Ok(v) if v > 0.0 => v,
+        other => {
+            if let Err(why) = other {
+                println!("{why}");
+            }
+            println!("FAIL: Could not read {RSS_SERIES} {when} the put operations.");
+            std::process::exit(EXIT_ERROR);
+        }
+    }
+}
+
 /// The value of an unlabelled series in Prometheus text.
 fn parse_series(text: &str, name: &str) -> Option<f64> {
     text.lines()
@@ -82,30 +94,8 @@ pub async fn run(ctx: &Ctx, a: &DatascaleArgs) -> Result<()> {
     }
     let first = conns[0].clone();
     let prefix = a.prefix.as_bytes().to_vec();
-    let existing = first
-        .unary(first.kv().range(RangeRequest {
-            key: prefix.clone(),
-            range_end: crate::util::prefix_end(&prefix),
-            limit: 1,
-            ..Default::default()
-        }))
-        .await?;
-    if !existing.kvs.is_empty() {
-        return Err(CtlError::InvalidInput(format!(
-            "prefix {:?} has keys. Delete with etcdctl del --prefix {} first",
-            a.prefix, a.prefix
-        )));
-    }
-    let before = match resident_bytes(ctx, &ep).await {
-        Ok(v) if v > 0.0 => v,
-        other => {
-            if let Err(why) = other {
-                println!("{why}");
-            }
-            println!("FAIL: Could not read {RSS_SERIES} before the put operations.");
-            std::process::exit(EXIT_ERROR);
-        }
-    };
+    super::check::ensure_prefix_unused(&first, &a.prefix).await?;
+    let before = reading_or_fail(resident_bytes(ctx, &ep).await, "before");
     println!(
         "Start data scale check for work load [{limit} key-value pairs, {kv_size} bytes per key-value, {clients} concurrent clients]."
     );
@@ -186,16 +176,7 @@ pub async fn run(ctx: &Ctx, a: &DatascaleArgs) -> Result<()> {
         }
         std::process::exit(EXIT_ERROR);
     }
-    let after = match after {
-        Ok(v) if v > 0.0 => v,
-        other => {
-            if let Err(why) = other {
-                println!("{why}");
-            }
-            println!("FAIL: Could not read {RSS_SERIES} after the put operations.");
-            std::process::exit(EXIT_ERROR);
-        }
-    };
+    let after = reading_or_fail(after, "after");
     let mb = (after - before) / (1024.0 * 1024.0);
     println!("PASS: Approximate system memory used : {mb:.2} MB.");
     Ok(())

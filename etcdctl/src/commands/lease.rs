@@ -121,8 +121,9 @@ async fn list(ctx: &Ctx) -> Result<()> {
     ctx.print(|p, w| p.lease_list(w, &resp))
 }
 
-/// Opens a keep-alive stream and sends the first renewal on it.
-async fn open_keep_alive(
+/// Opens a keep-alive stream with the first renewal already queued: etcd answers a stream's
+/// headers with its first message, so opening before sending would wait forever.
+pub(super) async fn open_keep_alive(
     c: &Client,
     id: i64,
 ) -> Result<(

@@ -40,21 +40,10 @@ impl Session {
                         }
                     },
                 };
-                let (tx, rx) = tokio::sync::mpsc::channel(1);
-                // The first renewal goes in before the call: etcd answers a stream's headers
-                // with its first message, so the call would otherwise wait forever.
-                if tx.send(LeaseKeepAliveRequest { id }).await.is_err() {
-                    return;
-                }
-                let opened = c
-                    .lease()
-                    .lease_keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
-                    .await;
-                let Ok(stream) = opened else {
+                let Ok((tx, mut stream)) = super::lease::open_keep_alive(&c, id).await else {
                     tokio::time::sleep(backoff).await;
                     continue;
                 };
-                let mut stream = stream.into_inner();
                 loop {
                     match stream.next().await {
                         // Expired or revoked: nothing left to keep.

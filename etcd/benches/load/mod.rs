@@ -26,22 +26,22 @@
 //          put sent → last event received); latency = put sent → event received, per event.
 // db       end of run: db file and pages in use per revision written (the faster server wrote
 //          more revisions in the timed loads), and the peak RSS so far.
-// compact  the history so far is compacted (untimed); BENCH_COMPACT_REVS (100k; 1000000 for
-//          the million) puts over 1000 keys `cmp/NNN` from 64 clients make the history;
-//          then 64 clients put (as put64) for BENCH_SECS without compaction, and meanwhile a
-//          Compact(physical=false) at the history's last revision R is timed (the call
-//          returning), followed at once by a Compact(R + 1, physical=true): both servers run
-//          compactions in order and a physical one answers when its deletes are done, so its
-//          return marks the end of the physical compaction of R (the second one has a single
-//          revision to add). Write p99 = p99 latency of the puts sent in the window without
-//          compaction vs those sent between the first Compact and the end of the physical one.
-//          The raft term before and after tells whether a leader election happened.
+// compact  every key is deleted and the history so far compacted (untimed); BENCH_COMPACT_REVS
+//          (100k; 1000000 for the million) puts over 1000 keys `cmp/NNN` from 64
+//          clients make the history up to revision R. Then 64 clients put (as put64): BENCH_SECS
+//          without compaction, then a Compact(R, physical=false) is timed (the call returning)
+//          and followed at once by a Compact(R + 1, physical=true): both servers run compactions
+//          in order and a physical one answers once its deletes are done, so its return marks
+//          the end of the physical compaction of R (the second one adds one revision and walks
+//          past the 1000 live keys). Write p99: the puts sent in the window without compaction
+//          vs those sent between the first Compact and the return of the second. The raft term
+//          before and after tells whether a leader election happened meanwhile.
 //
 // Server CPU per op: utime+stime of the server process(es) from /proc/<pid>/stat (summed over
 // the members of a cluster), read before and after each workload, divided by its operations
-// (puts, ranges, txns; for watch, events delivered; for compact, the CPU above the put load's
-// own rate while the compaction ran, per compacted revision). The load generator runs on the
-// same machine and shares its cores with the servers.
+// (puts, ranges, txns; for watch, events delivered; for compact, the CPU used while it ran
+// beyond what the puts sent meanwhile cost at the load's CPU per put before it, per compacted
+// revision). The load generator runs on the same machine and shares the cores of the servers.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -53,9 +53,9 @@ use std::time::{Duration, Instant};
 
 use proto::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
 use proto::etcdserverpb::{
-    CompactionRequest, Compare, PutRequest, RangeRequest, RequestOp, TxnRequest,
-    WatchCreateRequest, WatchRequest, kv_client::KvClient, request_op, watch_client::WatchClient,
-    watch_request,
+    CompactionRequest, Compare, DeleteRangeRequest, PutRequest, RangeRequest, RequestOp,
+    TxnRequest, WatchCreateRequest, WatchRequest, kv_client::KvClient, request_op,
+    watch_client::WatchClient, watch_request,
 };
 use tonic::transport::{Channel, Endpoint};
 
@@ -283,6 +283,19 @@ impl Pool {
             .header
             .ok_or("no header")?;
         Ok((h.revision, h.raft_term))
+    }
+
+    /// Deletes every key (one DeleteRange from "\0" to the end).
+    async fn delete_all(&self) -> Result<(), String> {
+        self.kv(0, 0)
+            .delete_range(DeleteRangeRequest {
+                key: vec![0],
+                range_end: vec![0],
+                ..Default::default()
+            })
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     }
 
     async fn compact(&self, revision: i64, physical: bool) -> Result<(), String> {
@@ -1029,7 +1042,12 @@ async fn watch_fanout(t: &Target, cfg: &Config) -> Measured {
 async fn compaction(t: &Target, cfg: &Config) -> Measured {
     let mut m = Measured::default();
     let pool = Pool::for_clients(&t.urls, CLIENTS).await;
-    // Drop the history of the earlier workloads, so that both servers compact the same.
+    // Drop the keys and the history of the earlier workloads, so that both servers compact
+    // the same history, and so that the second, one-revision compaction below has only the
+    // 1000 live keys to walk past.
+    if let Err(e) = pool.delete_all().await {
+        m.error(1, Some(format!("delete of the earlier keys: {e}")));
+    }
     let before = match pool.header().await {
         Ok((rev, _)) => rev,
         Err(e) => {
@@ -1113,9 +1131,9 @@ async fn compaction(t: &Target, cfg: &Config) -> Measured {
         term1.saturating_sub(term0) as f64,
         "ours=0",
     );
-    // CPU above what the put load alone used per second before the compaction.
-    let rate = (cpu0 - cpu_start) / at0.max(1e-3);
-    let extra = (cpu - rate * (t2 - t0).as_secs_f64()).max(0.0);
+    // CPU above what the puts sent meanwhile cost at the rate per put before the compaction.
+    let per_put = (cpu0 - cpu_start) / nb.max(1) as f64;
+    let extra = (cpu - per_put * nd as f64).max(0.0);
     let per_rev = cpu_us_per_op(extra, revs.max(0) as u64);
     m.cpu("compaction, extra per compacted revision", per_rev);
     m

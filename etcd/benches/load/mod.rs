@@ -491,7 +491,14 @@ async fn workload(w: &str, t: &Target, cfg: &Config, cluster: bool) -> Measured 
         }
         "prefix" => {
             let pool = Pool::for_clients(&t.urls, WRITERS).await;
-            let fill = fill(&pool, WRITERS, cfg.prefix_keys, |i| format!("pfx/{i:05}")).await;
+            let fill = fill(
+                &pool,
+                WRITERS,
+                cfg.prefix_keys,
+                |i| format!("pfx/{i:05}"),
+                None,
+            )
+            .await;
             let mut m = throughput(
                 t,
                 cfg,
@@ -530,7 +537,7 @@ fn value(head: &str) -> Vec<u8> {
 
 impl Op {
     async fn call(self, mut kv: KvClient<Channel>, client: usize, n: u64) -> Result<(), String> {
-        let e = |s: tonic::Status| format!("{}: {}", s.code(), s.message());
+        let e = status;
         match self {
             Op::Put => kv
                 .put(PutRequest {
@@ -624,6 +631,21 @@ impl LoopResult {
         self.lat.extend(o.lat);
     }
 
+    /// Counts a request's outcome; whether it succeeded.
+    fn count<T>(&mut self, res: Result<T, String>) -> bool {
+        match res {
+            Ok(_) => {
+                self.ops += 1;
+                true
+            }
+            Err(e) => {
+                self.errors += 1;
+                self.first_error.get_or_insert(e);
+                false
+            }
+        }
+    }
+
     fn rate(&self) -> f64 {
         if self.secs > 0.0 {
             self.ops as f64 / self.secs
@@ -631,6 +653,23 @@ impl LoopResult {
             0.0
         }
     }
+}
+
+/// Runs `body(c)` for every client c on a task of its own; their merged results and the time
+/// they took together.
+async fn per_client<F, Fut>(clients: usize, body: F) -> LoopResult
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = LoopResult> + Send + 'static,
+{
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..clients).map(|c| tokio::spawn(body(c))).collect();
+    let mut total = LoopResult::default();
+    for t in tasks {
+        total.merge(t.await.expect("client task panicked"));
+    }
+    total.secs = start.elapsed().as_secs_f64();
+    total
 }
 
 /// `clients` closed loops of `op` until `stop` is set.
@@ -642,39 +681,27 @@ async fn closed_loop(
     record: bool,
 ) -> LoopResult {
     let start = Instant::now();
-    let mut tasks = Vec::new();
-    for client in 0..clients {
+    per_client(clients, |client| {
         let (pool, stop) = (pool.clone(), stop.clone());
-        tasks.push(tokio::spawn(async move {
+        async move {
             let mut r = LoopResult::default();
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 let sent = Instant::now();
-                match op.call(pool.kv(client, n), client, n).await {
-                    Ok(()) => {
-                        r.ops += 1;
-                        if record {
-                            let ms = sent.elapsed().as_secs_f64() * 1000.0;
-                            r.lat.push(((sent - start).as_secs_f64(), ms));
-                        }
-                    }
-                    Err(e) => {
-                        r.errors += 1;
-                        r.first_error.get_or_insert(e);
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                    }
+                let res = op.call(pool.kv(client, n), client, n).await;
+                if res.is_ok() && record {
+                    let ms = sent.elapsed().as_secs_f64() * 1000.0;
+                    r.lat.push(((sent - start).as_secs_f64(), ms));
+                }
+                if !r.count(res) {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
                 }
                 n += 1;
             }
             r
-        }));
-    }
-    let mut total = LoopResult::default();
-    for t in tasks {
-        total.merge(t.await.expect("load task panicked"));
-    }
-    total.secs = start.elapsed().as_secs_f64();
-    total
+        }
+    })
+    .await
 }
 
 /// `clients` closed loops of `op` for `secs` seconds.
@@ -688,47 +715,42 @@ async fn timed_loop(pool: &Pool, clients: usize, op: Op, secs: f64) -> LoopResul
     closed_loop(pool, clients, op, stop, false).await
 }
 
+/// When each put was sent: nanoseconds since the instant, by the put's index.
+type SentAt = (Instant, Arc<Vec<AtomicU64>>);
+
 /// Puts keys `key(0..n)` (256-byte values, the value starting with the index) from `clients`
-/// clients, client c writing c, c + clients, ...
+/// clients, client c writing c, c + clients, ... unthrottled; records when each was sent.
 async fn fill(
     pool: &Pool,
     clients: usize,
     n: usize,
     key: impl Fn(usize) -> String + Copy + Send + 'static,
+    sent: Option<SentAt>,
 ) -> LoopResult {
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for c in 0..clients {
-        let pool = pool.clone();
-        tasks.push(tokio::spawn(async move {
+    per_client(clients, |c| {
+        let (pool, sent) = (pool.clone(), sent.clone());
+        async move {
             let mut r = LoopResult::default();
             for i in (c..n).step_by(clients) {
-                let res = pool
-                    .kv(c, i as u64)
-                    .put(PutRequest {
-                        key: key(i).into_bytes(),
-                        value: value(&format!("{i:08}")),
-                        ..Default::default()
-                    })
-                    .await;
-                match res {
-                    Ok(_) => r.ops += 1,
-                    Err(e) => {
-                        r.errors += 1;
-                        r.first_error
-                            .get_or_insert_with(|| format!("{}: {}", e.code(), e.message()));
-                    }
+                if let Some((base, at)) = &sent {
+                    let ns = (Instant::now() - *base).as_nanos() as u64;
+                    at[i].store(ns, Ordering::Relaxed);
                 }
+                let put = PutRequest {
+                    key: key(i).into_bytes(),
+                    value: value(&format!("{i:08}")),
+                    ..Default::default()
+                };
+                r.count(pool.kv(c, i as u64).put(put).await.map_err(status));
             }
             r
-        }));
-    }
-    let mut total = LoopResult::default();
-    for t in tasks {
-        total.merge(t.await.expect("fill task panicked"));
-    }
-    total.secs = start.elapsed().as_secs_f64();
-    total
+        }
+    })
+    .await
+}
+
+fn status(e: tonic::Status) -> String {
+    format!("{}: {}", e.code(), e.message())
 }
 
 fn cpu_us_per_op(cpu_secs: f64, ops: u64) -> f64 {
@@ -774,7 +796,7 @@ async fn throughput(
 async fn load_keys(t: &Target, cfg: &Config) -> Measured {
     let pool = Pool::for_clients(&t.urls, WRITERS).await;
     let cpu0 = t.cpu_secs();
-    let r = fill(&pool, WRITERS, cfg.keys, |i| format!("load-{i:06}")).await;
+    let r = fill(&pool, WRITERS, cfg.keys, |i| format!("load-{i:06}"), None).await;
     let cpu = t.cpu_secs() - cpu0;
     // Let the backend's periodic commit write the last batch.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -874,7 +896,7 @@ async fn watch_stream(
     let mut stream = match resp {
         Ok(s) => s.into_inner(),
         Err(e) => {
-            r.error = Some(format!("watch: {}: {}", e.code(), e.message()));
+            r.error = Some(format!("watch: {}", status(e)));
             let _ = ready.send(()).await;
             return r;
         }
@@ -884,7 +906,7 @@ async fn watch_stream(
     while r.events < expect {
         let msg = match tokio::time::timeout(Duration::from_secs(30), stream.message()).await {
             Err(_) => Err("no watch response for 30 s".to_string()),
-            Ok(Err(e)) => Err(format!("watch: {}: {}", e.code(), e.message())),
+            Ok(Err(e)) => Err(format!("watch: {}", status(e))),
             Ok(Ok(None)) => Err("watch stream ended".to_string()),
             Ok(Ok(Some(m))) => Ok(m),
         };
@@ -938,7 +960,7 @@ async fn watch_stream(
 /// The watch fan-out workload (see the top of this file).
 async fn watch_fanout(t: &Target, cfg: &Config) -> Measured {
     let (w, k, p) = (cfg.watchers, cfg.watch_keys, cfg.watch_puts);
-    let key = move |i: usize| format!("fan/{:03}", i % k).into_bytes();
+    let key = move |i: usize| format!("fan/{:03}", i % k);
     // Events each watcher on key kk gets: the puts i < p with i % k == kk.
     let per_key = |kk: usize| (p / k + usize::from(kk < p % k)) as u64;
     let conns = Pool::open(&t.urls, WATCH_CONNS).await;
@@ -952,7 +974,7 @@ async fn watch_fanout(t: &Target, cfg: &Config) -> Measured {
         let watchers = s * cfg.watchers_per_stream..(w.min((s + 1) * cfg.watchers_per_stream));
         let expect: u64 = watchers.clone().map(|x| per_key(x % k)).sum();
         expected += expect;
-        let keys: Vec<Vec<u8>> = watchers.map(key).collect();
+        let keys: Vec<Vec<u8>> = watchers.map(|x| key(x).into_bytes()).collect();
         tasks.push(tokio::spawn(watch_stream(
             conns.chan(s),
             keys,
@@ -969,37 +991,9 @@ async fn watch_fanout(t: &Target, cfg: &Config) -> Measured {
     let writers = Pool::for_clients(&t.urls, WRITERS).await;
     let cpu0 = t.cpu_secs();
     let first_put = Instant::now();
-    let mut puts = Vec::new();
-    for c in 0..WRITERS {
-        let (writers, sent) = (writers.clone(), sent.clone());
-        puts.push(tokio::spawn(async move {
-            let mut r = LoopResult::default();
-            for i in (c..p).step_by(WRITERS) {
-                sent[i].store((Instant::now() - base).as_nanos() as u64, Ordering::Relaxed);
-                let res = writers
-                    .kv(c, i as u64)
-                    .put(PutRequest {
-                        key: key(i),
-                        value: value(&format!("{i:08}")),
-                        ..Default::default()
-                    })
-                    .await;
-                match res {
-                    Ok(_) => r.ops += 1,
-                    Err(e) => {
-                        r.errors += 1;
-                        r.first_error
-                            .get_or_insert_with(|| format!("put: {}: {}", e.code(), e.message()));
-                    }
-                }
-            }
-            r
-        }));
-    }
+    let puts = fill(&writers, WRITERS, p, key, Some((base, sent))).await;
     let mut m = Measured::default();
-    for t in puts {
-        m.absorb(&t.await.expect("put task panicked"));
-    }
+    m.absorb(&puts);
     let (mut events, mut lat, mut last, mut disorder) = (0, Vec::new(), first_put, 0);
     for t in tasks {
         let r = t.await.expect("watch task panicked");
@@ -1058,10 +1052,8 @@ async fn compaction(t: &Target, cfg: &Config) -> Measured {
     if let Err(e) = pool.compact(before, true).await {
         m.error(1, Some(format!("compact of the earlier history: {e}")));
     }
-    let fill = fill(&pool, CLIENTS, cfg.compact_revs, |i| {
-        format!("cmp/{:03}", i % 1000)
-    })
-    .await;
+    let history = |i| format!("cmp/{:03}", i % 1000);
+    let fill = fill(&pool, CLIENTS, cfg.compact_revs, history, None).await;
     m.absorb(&fill);
     let (end, term0) = match pool.header().await {
         Ok(h) => h,

@@ -5,6 +5,7 @@ pub mod api;
 pub mod apply;
 pub mod auth;
 pub mod config;
+pub mod error;
 pub mod http;
 pub mod lease;
 pub mod logging;

@@ -4,7 +4,7 @@
 #[path = "../../common/tests/support/mod.rs"]
 mod support;
 
-use etcd::api::errors;
+use etcd::api::errors::{self, ToStatus};
 use support::RealEtcd;
 
 /// The `code = X desc = Y` the Go client logs for a failed RPC.
@@ -49,7 +49,7 @@ fn real_etcd_errors_match_our_table() {
         let (code, desc) = server_error(&stderr)
             .unwrap_or_else(|| panic!("{args:?}: no server error in {stderr}"));
         assert_eq!(desc, want.message, "{args:?}");
-        assert_eq!(code, code_name(want.code), "{args:?}");
+        assert_eq!(code, code_name(want.status().code()), "{args:?}");
     }
 
     // A txn that writes one key twice.

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use common::backend::{Batch, BatchConfig, Db};
-use etcd::api::errors;
+use etcd::api::{errors, validate};
 use etcd::apply::kv::{self, LeaseLookup, NoLeases};
 use etcd::mvcc::KvStore;
 use proto::etcdserverpb::{
@@ -192,7 +192,7 @@ fn range_options() {
         errors::FUTURE_REV
     );
     assert_eq!(
-        kv::check_range(&RangeRequest::default()).unwrap_err(),
+        validate::check_range(&RangeRequest::default()).unwrap_err(),
         errors::EMPTY_KEY
     );
 }
@@ -269,7 +269,7 @@ fn put_options_and_leases() {
     );
 
     assert_eq!(
-        kv::check_put(&PutRequest {
+        validate::check_put(&PutRequest {
             key: b"k".to_vec(),
             value: b"x".to_vec(),
             ignore_value: true,
@@ -279,7 +279,7 @@ fn put_options_and_leases() {
         errors::VALUE_PROVIDED
     );
     assert_eq!(
-        kv::check_put(&PutRequest {
+        validate::check_put(&PutRequest {
             key: b"k".to_vec(),
             lease: 1,
             ignore_lease: true,
@@ -332,7 +332,7 @@ fn txn_compares_and_branches() {
         ],
         failure: vec![put_op("c")],
     };
-    kv::check_txn(&t, 128).unwrap();
+    validate::check_txn(&t, 128).unwrap();
     let mut w = s.write();
     let mut resp = kv::txn(&mut w, &t, &NoLeases).unwrap();
     let (_, rev) = w.end(0, 0).unwrap();
@@ -383,19 +383,19 @@ fn duplicate_key_rules() {
         failure: vec![],
     };
     assert_eq!(
-        kv::check_txn(&txn(vec![put_op("a"), put_op("a")]), 128).unwrap_err(),
+        validate::check_txn(&txn(vec![put_op("a"), put_op("a")]), 128).unwrap_err(),
         errors::DUPLICATE_KEY
     );
     assert_eq!(
-        kv::check_txn(&txn(vec![put_op("a"), del_op("a", "")]), 128).unwrap_err(),
+        validate::check_txn(&txn(vec![put_op("a"), del_op("a", "")]), 128).unwrap_err(),
         errors::DUPLICATE_KEY
     );
     assert_eq!(
-        kv::check_txn(&txn(vec![del_op("a", "c"), put_op("b")]), 128).unwrap_err(),
+        validate::check_txn(&txn(vec![del_op("a", "c"), put_op("b")]), 128).unwrap_err(),
         errors::DUPLICATE_KEY
     );
     // Overlapping deletes are fine, and so is a put outside every deleted range.
-    kv::check_txn(
+    validate::check_txn(
         &txn(vec![del_op("a", "c"), del_op("b", "d"), put_op("d")]),
         128,
     )
@@ -408,15 +408,15 @@ fn duplicate_key_rules() {
             failure: vec![put_op("n")],
         })),
     };
-    kv::check_txn(&txn(vec![nested.clone()]), 128).unwrap();
+    validate::check_txn(&txn(vec![nested.clone()]), 128).unwrap();
     // ...but not next to an outer put of it.
     assert_eq!(
-        kv::check_txn(&txn(vec![nested, put_op("n")]), 128).unwrap_err(),
+        validate::check_txn(&txn(vec![nested, put_op("n")]), 128).unwrap_err(),
         errors::DUPLICATE_KEY
     );
     let many: Vec<RequestOp> = (0..3).map(|i| put_op(&format!("k{i}"))).collect();
     assert_eq!(
-        kv::check_txn(&txn(many), 2).unwrap_err(),
+        validate::check_txn(&txn(many), 2).unwrap_err(),
         errors::TOO_MANY_OPS
     );
 }

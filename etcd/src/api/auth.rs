@@ -19,6 +19,7 @@ use proto::etcdserverpb::{
 use tonic::{Request, Response, Status};
 
 use super::errors::{self, ApiError};
+use crate::api::errors::ToStatus;
 use crate::auth::{Access, AuthInfo, AuthResponse, PasswordError};
 use crate::server::EtcdServer;
 use crate::server::apply::Applied;

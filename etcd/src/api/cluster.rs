@@ -12,6 +12,7 @@ use proto::raftpb::{ConfChange, ConfChangeType};
 use tonic::{Request, Response, Status};
 
 use super::errors;
+use crate::api::errors::ToStatus;
 use crate::membership;
 use crate::server::EtcdServer;
 
@@ -21,13 +22,7 @@ pub struct ClusterService {
 
 /// A member as the API shows it.
 pub fn to_pb(m: &membership::Member) -> Member {
-    Member {
-        id: m.id,
-        name: m.name.clone(),
-        peer_ur_ls: m.peer_urls.clone(),
-        client_ur_ls: m.client_urls.clone(),
-        is_learner: m.is_learner,
-    }
+    m.to_pb()
 }
 
 fn sorted_pb(ms: &[membership::Member]) -> Vec<Member> {

@@ -20,6 +20,7 @@ use tonic::{Request, Response, Status};
 use super::auth::{check_recipe, identity};
 use super::errors;
 use super::lock::{create_once, prefix_end, wait_oldest};
+use crate::api::errors::ToStatus;
 use crate::apply::kv::LeaseLookup;
 use crate::auth::AuthInfo;
 use crate::mvcc::KeyRange;

@@ -1,108 +1,60 @@
-// The errors the v3 API returns, with etcd's gRPC codes and exact message strings: clientv3
-// and the other clients map these strings back to typed errors, so a different word breaks them.
+// The v3 API's errors as gRPC statuses: etcd's errors (crate::error) with their gRPC code and
+// exact message, and the conversions the services use.
 
-use tonic::{Code, Status};
+pub use crate::error::*;
+use tonic::Status;
 
-/// One etcd API error: its gRPC code and the message clients match on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ApiError {
-    pub code: Code,
-    pub message: &'static str,
+/// An etcd error as the API returns it.
+pub type ApiError = crate::error::Error;
+
+fn grpc_code(c: Code) -> tonic::Code {
+    match c {
+        Code::Ok => tonic::Code::Ok,
+        Code::Cancelled => tonic::Code::Cancelled,
+        Code::Unknown => tonic::Code::Unknown,
+        Code::InvalidArgument => tonic::Code::InvalidArgument,
+        Code::DeadlineExceeded => tonic::Code::DeadlineExceeded,
+        Code::NotFound => tonic::Code::NotFound,
+        Code::AlreadyExists => tonic::Code::AlreadyExists,
+        Code::PermissionDenied => tonic::Code::PermissionDenied,
+        Code::ResourceExhausted => tonic::Code::ResourceExhausted,
+        Code::FailedPrecondition => tonic::Code::FailedPrecondition,
+        Code::Aborted => tonic::Code::Aborted,
+        Code::OutOfRange => tonic::Code::OutOfRange,
+        Code::Unimplemented => tonic::Code::Unimplemented,
+        Code::Internal => tonic::Code::Internal,
+        Code::Unavailable => tonic::Code::Unavailable,
+        Code::DataLoss => tonic::Code::DataLoss,
+        Code::Unauthenticated => tonic::Code::Unauthenticated,
+    }
 }
 
-impl ApiError {
-    pub const fn new(code: Code, message: &'static str) -> ApiError {
-        ApiError { code, message }
-    }
+/// The gRPC status of an etcd error.
+pub trait ToStatus {
+    fn status(self) -> Status;
+}
 
-    pub fn status(self) -> Status {
-        Status::new(self.code, self.message)
+impl ToStatus for Error {
+    fn status(self) -> Status {
+        Status::new(grpc_code(self.code), self.message)
     }
 }
 
-impl From<ApiError> for Status {
-    fn from(e: ApiError) -> Status {
+impl From<Error> for Status {
+    fn from(e: Error) -> Status {
         e.status()
     }
 }
 
-impl std::fmt::Display for ApiError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.message)
+impl From<crate::auth::PasswordError> for Status {
+    fn from(e: crate::auth::PasswordError) -> Status {
+        match e {
+            crate::auth::PasswordError::Api(a) => a.status(),
+            crate::auth::PasswordError::NoPasswordUser => Status::unknown(
+                "auth: authentication failed, password was given for no password user",
+            ),
+        }
     }
-}
-
-impl std::error::Error for ApiError {}
-
-macro_rules! api_errors {
-    ($($name:ident = $code:ident, $msg:literal;)*) => {
-        $(pub const $name: ApiError = ApiError::new(Code::$code, $msg);)*
-        /// Every API error, for lookups by message (e.g. when a forwarded error comes back).
-        pub const ALL: &[ApiError] = &[$($name),*];
-    };
-}
-
-api_errors! {
-    EMPTY_KEY = InvalidArgument, "etcdserver: key is not provided";
-    KEY_NOT_FOUND = InvalidArgument, "etcdserver: key not found";
-    VALUE_PROVIDED = InvalidArgument, "etcdserver: value is provided";
-    LEASE_PROVIDED = InvalidArgument, "etcdserver: lease is provided";
-    TOO_MANY_OPS = InvalidArgument, "etcdserver: too many operations in txn request";
-    DUPLICATE_KEY = InvalidArgument, "etcdserver: duplicate key given in txn request";
-    INVALID_SORT_OPTION = InvalidArgument, "etcdserver: invalid sort option";
-    COMPACTED = OutOfRange, "etcdserver: mvcc: required revision has been compacted";
-    FUTURE_REV = OutOfRange, "etcdserver: mvcc: required revision is a future revision";
-    NO_SPACE = ResourceExhausted, "etcdserver: mvcc: database space exceeded";
-    LEASE_NOT_FOUND = NotFound, "etcdserver: requested lease not found";
-    LEASE_EXIST = FailedPrecondition, "etcdserver: lease already exists";
-    LEASE_TTL_TOO_LARGE = OutOfRange, "etcdserver: too large lease TTL";
-    WATCH_CANCELED = Cancelled, "etcdserver: watch canceled";
-    MEMBER_EXIST = FailedPrecondition, "etcdserver: member ID already exist";
-    PEER_URL_EXIST = FailedPrecondition, "etcdserver: Peer URLs already exists";
-    MEMBER_NOT_ENOUGH_STARTED = FailedPrecondition, "etcdserver: re-configuration failed due to not enough started members";
-    MEMBER_BAD_URLS = InvalidArgument, "etcdserver: given member URLs are invalid";
-    MEMBER_NOT_FOUND = NotFound, "etcdserver: member not found";
-    MEMBER_NOT_LEARNER = FailedPrecondition, "etcdserver: can only promote a learner member";
-    LEARNER_NOT_READY = FailedPrecondition, "etcdserver: can only promote a learner member which is in sync with leader";
-    TOO_MANY_LEARNERS = FailedPrecondition, "etcdserver: too many learner members in cluster";
-    REQUEST_TOO_LARGE = InvalidArgument, "etcdserver: request is too large";
-    TOO_MANY_REQUESTS = ResourceExhausted, "etcdserver: too many requests";
-    ROOT_USER_NOT_EXIST = FailedPrecondition, "etcdserver: root user does not exist";
-    ROOT_ROLE_NOT_EXIST = FailedPrecondition, "etcdserver: root user does not have root role";
-    USER_ALREADY_EXIST = FailedPrecondition, "etcdserver: user name already exists";
-    USER_EMPTY = InvalidArgument, "etcdserver: user name is empty";
-    USER_NOT_FOUND = FailedPrecondition, "etcdserver: user name not found";
-    ROLE_ALREADY_EXIST = FailedPrecondition, "etcdserver: role name already exists";
-    ROLE_NOT_FOUND = FailedPrecondition, "etcdserver: role name not found";
-    ROLE_EMPTY = InvalidArgument, "etcdserver: role name is empty";
-    AUTH_FAILED = InvalidArgument, "etcdserver: authentication failed, invalid user ID or password";
-    PERMISSION_NOT_GIVEN = InvalidArgument, "etcdserver: permission not given";
-    PERMISSION_DENIED = PermissionDenied, "etcdserver: permission denied";
-    ROLE_NOT_GRANTED = FailedPrecondition, "etcdserver: role is not granted to the user";
-    PERMISSION_NOT_GRANTED = FailedPrecondition, "etcdserver: permission is not granted to the role";
-    AUTH_NOT_ENABLED = FailedPrecondition, "etcdserver: authentication is not enabled";
-    INVALID_AUTH_TOKEN = Unauthenticated, "etcdserver: invalid auth token";
-    INVALID_AUTH_MGMT = InvalidArgument, "etcdserver: invalid auth management";
-    AUTH_OLD_REVISION = InvalidArgument, "etcdserver: revision of auth store is old";
-    NO_LEADER = Unavailable, "etcdserver: no leader";
-    NOT_LEADER = FailedPrecondition, "etcdserver: not leader";
-    LEADER_CHANGED = Unavailable, "etcdserver: leader changed";
-    NOT_CAPABLE = Unavailable, "etcdserver: not capable";
-    STOPPED = Unavailable, "etcdserver: server stopped";
-    TIMEOUT = Unavailable, "etcdserver: request timed out";
-    TIMEOUT_DUE_TO_LEADER_FAIL = Unavailable, "etcdserver: request timed out, possibly due to previous leader failure";
-    TIMEOUT_DUE_TO_CONNECTION_LOST = Unavailable, "etcdserver: request timed out, possibly due to connection lost";
-    TIMEOUT_WAIT_APPLIED_INDEX = Unavailable, "etcdserver: request timed out, waiting for the applied index took too long";
-    UNHEALTHY = Unavailable, "etcdserver: unhealthy cluster";
-    CORRUPT = DataLoss, "etcdserver: corrupt cluster";
-    NOT_SUPPORTED_FOR_LEARNER = Unavailable, "etcdserver: rpc not supported for learner";
-    BAD_LEADER_TRANSFEREE = FailedPrecondition, "etcdserver: bad leader transferee";
-    TIMEOUT_LEADER_TRANSFER = Unavailable, "etcdserver: request timed out, leader transfer took too long";
-}
-
-/// The API error whose message is `msg`, if any.
-pub fn by_message(msg: &str) -> Option<ApiError> {
-    ALL.iter().copied().find(|e| e.message == msg)
 }
 
 #[cfg(test)]
@@ -112,20 +64,10 @@ mod tests {
     #[test]
     fn statuses_carry_etcds_code_and_text() {
         let s = COMPACTED.status();
-        assert_eq!(s.code(), Code::OutOfRange);
+        assert_eq!(s.code(), tonic::Code::OutOfRange);
         assert_eq!(
             s.message(),
             "etcdserver: mvcc: required revision has been compacted"
         );
-        assert_eq!(
-            by_message("etcdserver: requested lease not found"),
-            Some(LEASE_NOT_FOUND)
-        );
-        // Messages are unique, so a message identifies its error.
-        for (i, a) in ALL.iter().enumerate() {
-            for b in &ALL[i + 1..] {
-                assert_ne!(a.message, b.message);
-            }
-        }
     }
 }

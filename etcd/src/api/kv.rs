@@ -12,6 +12,8 @@ use tonic::{Request, Response, Status};
 
 use super::auth::{self as api_auth, identity};
 use super::errors::{self, ApiError};
+use super::validate;
+use crate::api::errors::ToStatus;
 use crate::apply::kv;
 use crate::auth::{Access, AuthInfo};
 use crate::server::EtcdServer;
@@ -58,7 +60,7 @@ impl Kv for KvService {
         let ai = identity(&self.server, &request)?;
         let r = request.into_inner();
         self.server.guard(r.serializable)?;
-        kv::check_range(&r)?;
+        validate::check_range(&r)?;
         if !r.serializable {
             self.server.linearizable_read().await?;
         }
@@ -76,7 +78,7 @@ impl Kv for KvService {
         let ai = identity(&self.server, &request)?;
         let r = request.into_inner();
         self.server.guard_write()?;
-        kv::check_put(&r)?;
+        validate::check_put(&r)?;
         self.server.auth().check(&ai, &r.key, b"", Access::Write)?;
         self.server
             .check_quota(prost::Message::encoded_len(&r))
@@ -106,7 +108,7 @@ impl Kv for KvService {
         let ai = identity(&self.server, &request)?;
         let r = request.into_inner();
         self.server.guard_write()?;
-        kv::check_delete(&r)?;
+        validate::check_delete(&r)?;
         if r.prev_kv {
             self.server
                 .auth()
@@ -137,7 +139,7 @@ impl Kv for KvService {
         let ai = identity(&self.server, &request)?;
         let r = request.into_inner();
         self.server.guard(false)?;
-        kv::check_txn(&r, self.server.cfg().max_txn_ops)?;
+        validate::check_txn(&r, self.server.cfg().max_txn_ops)?;
         let read_only = kv::is_read_only_txn(&r);
         if !read_only {
             self.server.guard_write()?;

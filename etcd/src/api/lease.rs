@@ -16,6 +16,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::auth::{header, identity};
 use super::errors;
+use crate::api::errors::ToStatus;
 use crate::auth::Access;
 use crate::lease::MAX_LEASE_TTL;
 use crate::server::EtcdServer;

@@ -15,6 +15,7 @@ use tonic::{Request, Response, Status};
 
 use super::auth::{check_recipe, identity};
 use super::errors;
+use crate::api::errors::ToStatus;
 use crate::apply::kv::LeaseLookup;
 use crate::auth::AuthInfo;
 use crate::mvcc::KeyRange;

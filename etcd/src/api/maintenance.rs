@@ -15,6 +15,7 @@ use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
 use super::errors;
+use crate::api::errors::ToStatus;
 use crate::server::EtcdServer;
 use crate::server::apply::Applied;
 

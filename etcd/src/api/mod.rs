@@ -12,4 +12,5 @@ pub mod lease;
 pub mod lock;
 pub mod maintenance;
 pub mod serve;
+pub mod validate;
 pub mod watch;

@@ -6,7 +6,7 @@ use std::cmp::Ordering;
 
 use proto::etcdserverpb::{
     Compare, DeleteRangeRequest, DeleteRangeResponse, PutRequest, PutResponse, RangeRequest,
-    RangeResponse, RequestOp, ResponseHeader, ResponseOp, TxnRequest, TxnResponse,
+    RangeResponse, ResponseHeader, ResponseOp, TxnRequest, TxnResponse,
     compare::{CompareResult, CompareTarget, TargetUnion},
     range_request::{SortOrder, SortTarget},
     request_op::Request,
@@ -14,7 +14,7 @@ use proto::etcdserverpb::{
 };
 use proto::mvccpb::KeyValue;
 
-use crate::api::errors::{self, ApiError};
+use crate::error::{self, Error};
 use crate::mvcc::{KeyRange, KvStore, MvccError, RangeResult, ReadView, TxnRead, WriteTxn};
 
 /// Tells the KV applier whether a lease exists (the lessor answers).
@@ -31,13 +31,13 @@ impl LeaseLookup for NoLeases {
     }
 }
 
-pub fn mvcc_error(e: MvccError) -> ApiError {
+pub fn mvcc_error(e: MvccError) -> Error {
     match e {
-        MvccError::Compacted => errors::COMPACTED,
-        MvccError::FutureRev => errors::FUTURE_REV,
+        MvccError::Compacted => error::COMPACTED,
+        MvccError::FutureRev => error::FUTURE_REV,
         other => {
             tracing::error!(error = %other, "storage failure while applying a request");
-            errors::CORRUPT
+            error::CORRUPT
         }
     }
 }
@@ -47,110 +47,6 @@ fn rev_header(rev: i64) -> Option<ResponseHeader> {
         revision: rev,
         ..Default::default()
     })
-}
-
-/// Checks made by the API before a request is proposed (etcd's request validation).
-pub fn check_range(r: &RangeRequest) -> Result<(), ApiError> {
-    if r.key.is_empty() {
-        return Err(errors::EMPTY_KEY);
-    }
-    if SortOrder::try_from(r.sort_order).is_err() || SortTarget::try_from(r.sort_target).is_err() {
-        return Err(errors::INVALID_SORT_OPTION);
-    }
-    Ok(())
-}
-
-pub fn check_put(r: &PutRequest) -> Result<(), ApiError> {
-    if r.key.is_empty() {
-        return Err(errors::EMPTY_KEY);
-    }
-    if r.ignore_value && !r.value.is_empty() {
-        return Err(errors::VALUE_PROVIDED);
-    }
-    if r.ignore_lease && r.lease != 0 {
-        return Err(errors::LEASE_PROVIDED);
-    }
-    Ok(())
-}
-
-pub fn check_delete(r: &DeleteRangeRequest) -> Result<(), ApiError> {
-    if r.key.is_empty() {
-        return Err(errors::EMPTY_KEY);
-    }
-    Ok(())
-}
-
-/// Validates a txn: op count, each op, and no key written twice in one branch (nested txns
-/// included), as etcd requires.
-pub fn check_txn(r: &TxnRequest, max_txn_ops: usize) -> Result<(), ApiError> {
-    if r.compare.len() > max_txn_ops
-        || r.success.len() > max_txn_ops
-        || r.failure.len() > max_txn_ops
-    {
-        return Err(errors::TOO_MANY_OPS);
-    }
-    for c in &r.compare {
-        if c.key.is_empty() {
-            return Err(errors::EMPTY_KEY);
-        }
-    }
-    for branch in [&r.success, &r.failure] {
-        for op in branch.iter() {
-            match &op.request {
-                Some(Request::RequestRange(x)) => check_range(x)?,
-                Some(Request::RequestPut(x)) => check_put(x)?,
-                Some(Request::RequestDeleteRange(x)) => check_delete(x)?,
-                Some(Request::RequestTxn(x)) => check_txn(x, max_txn_ops)?,
-                None => {}
-            }
-        }
-        let mut puts = Vec::new();
-        let mut deletes = Vec::new();
-        collect_writes(branch, &mut puts, &mut deletes);
-        if has_overlap(&puts, &deletes) {
-            return Err(errors::DUPLICATE_KEY);
-        }
-    }
-    Ok(())
-}
-
-/// Keys a branch puts and ranges it deletes, nested txns' branches included (either branch of
-/// a nested txn may run, so both count).
-fn collect_writes<'a>(
-    ops: &'a [RequestOp],
-    puts: &mut Vec<&'a [u8]>,
-    deletes: &mut Vec<KeyRange<'a>>,
-) {
-    for op in ops {
-        match &op.request {
-            Some(Request::RequestPut(p)) => puts.push(&p.key),
-            Some(Request::RequestDeleteRange(d)) => {
-                deletes.push(KeyRange::new(&d.key, &d.range_end))
-            }
-            Some(Request::RequestTxn(t)) => {
-                // Only one of its branches runs: a key put in both counts once. Each branch
-                // is checked on its own when the nested txn itself is checked.
-                let mut both = Vec::new();
-                collect_writes(&t.success, &mut both, deletes);
-                collect_writes(&t.failure, &mut both, deletes);
-                both.sort_unstable();
-                both.dedup();
-                puts.extend(both);
-            }
-            _ => {}
-        }
-    }
-}
-
-/// etcd's rule: a key may be put once per branch, and not inside a range the branch deletes;
-/// deletes may overlap each other.
-fn has_overlap(puts: &[&[u8]], deletes: &[KeyRange<'_>]) -> bool {
-    let mut sorted = puts.to_vec();
-    sorted.sort_unstable();
-    if sorted.windows(2).any(|w| w[0] == w[1]) {
-        return true;
-    }
-    deletes.iter().any(|d| puts.iter().any(|p| d.contains(p)))
 }
 
 fn sort_and_filter(r: &RangeRequest, rr: RangeResult) -> RangeResponse {
@@ -227,7 +123,7 @@ fn store_limit(r: &RangeRequest) -> usize {
 }
 
 /// A Range served from the store (serializable, or after a ReadIndex round).
-pub fn range(store: &KvStore, r: &RangeRequest) -> Result<RangeResponse, ApiError> {
+pub fn range(store: &KvStore, r: &RangeRequest) -> Result<RangeResponse, Error> {
     let rr = store
         .range(
             KeyRange::new(&r.key, &r.range_end),
@@ -238,7 +134,7 @@ pub fn range(store: &KvStore, r: &RangeRequest) -> Result<RangeResponse, ApiErro
     Ok(sort_and_filter(r, rr))
 }
 
-fn range_in(w: &mut impl TxnRead, r: &RangeRequest) -> Result<RangeResponse, ApiError> {
+fn range_in(w: &mut impl TxnRead, r: &RangeRequest) -> Result<RangeResponse, Error> {
     let rr = w
         .txn_range(
             KeyRange::new(&r.key, &r.range_end),
@@ -253,14 +149,14 @@ pub fn put(
     w: &mut WriteTxn<'_>,
     r: &PutRequest,
     leases: &dyn LeaseLookup,
-) -> Result<PutResponse, ApiError> {
+) -> Result<PutResponse, Error> {
     let mut value = r.value.clone();
     let mut lease = r.lease;
     if r.ignore_value || r.ignore_lease {
         let prev = w
             .get(&r.key)
             .map_err(mvcc_error)?
-            .ok_or(errors::KEY_NOT_FOUND)?;
+            .ok_or(error::KEY_NOT_FOUND)?;
         if r.ignore_value {
             value = prev.value;
         }
@@ -269,7 +165,7 @@ pub fn put(
         }
     }
     if lease != 0 && !leases.lease_exists(lease) {
-        return Err(errors::LEASE_NOT_FOUND);
+        return Err(error::LEASE_NOT_FOUND);
     }
     let prev = w.put(&r.key, &value, lease).map_err(mvcc_error)?;
     Ok(PutResponse {
@@ -281,7 +177,7 @@ pub fn put(
 pub fn delete_range(
     w: &mut WriteTxn<'_>,
     r: &DeleteRangeRequest,
-) -> Result<DeleteRangeResponse, ApiError> {
+) -> Result<DeleteRangeResponse, Error> {
     let deleted = w
         .delete_range(KeyRange::new(&r.key, &r.range_end))
         .map_err(mvcc_error)?;
@@ -320,7 +216,7 @@ fn compare_one(c: &Compare, kv: &KeyValue) -> bool {
 
 /// One compare over its key or range: every key must satisfy it; a value compare on missing
 /// keys fails, other targets compare the zero key-value.
-fn compare(w: &mut impl TxnRead, c: &Compare) -> Result<bool, ApiError> {
+fn compare(w: &mut impl TxnRead, c: &Compare) -> Result<bool, Error> {
     let rr = w
         .txn_range(KeyRange::new(&c.key, &c.range_end), 0, 0)
         .map_err(mvcc_error)?;
@@ -334,7 +230,7 @@ fn compare(w: &mut impl TxnRead, c: &Compare) -> Result<bool, ApiError> {
 }
 
 /// Whether all compares of `r` hold now (decides the branch).
-pub fn txn_compares_hold(w: &mut impl TxnRead, r: &TxnRequest) -> Result<bool, ApiError> {
+pub fn txn_compares_hold(w: &mut impl TxnRead, r: &TxnRequest) -> Result<bool, Error> {
     for c in &r.compare {
         if !compare(w, c)? {
             return Ok(false);
@@ -347,7 +243,7 @@ pub fn txn(
     w: &mut WriteTxn<'_>,
     r: &TxnRequest,
     leases: &dyn LeaseLookup,
-) -> Result<TxnResponse, ApiError> {
+) -> Result<TxnResponse, Error> {
     let ok = txn_compares_hold(w, r)?;
     txn_branch(w, r, ok, leases)
 }
@@ -358,7 +254,7 @@ pub fn txn_branch(
     r: &TxnRequest,
     ok: bool,
     leases: &dyn LeaseLookup,
-) -> Result<TxnResponse, ApiError> {
+) -> Result<TxnResponse, Error> {
     let ops = if ok { &r.success } else { &r.failure };
     let mut responses = Vec::with_capacity(ops.len());
     for op in ops {
@@ -384,7 +280,7 @@ pub fn txn_branch(
 
 /// A txn that only reads (`is_read_only_txn`), evaluated on one view of the store: its
 /// compares and reads see one revision, and it takes no writer's lock.
-pub fn read_only_txn(v: &mut ReadView<'_>, r: &TxnRequest) -> Result<TxnResponse, ApiError> {
+pub fn read_only_txn(v: &mut ReadView<'_>, r: &TxnRequest) -> Result<TxnResponse, Error> {
     let ok = txn_compares_hold(v, r)?;
     let ops = if ok { &r.success } else { &r.failure };
     let mut responses = Vec::with_capacity(ops.len());
@@ -394,7 +290,7 @@ pub fn read_only_txn(v: &mut ReadView<'_>, r: &TxnRequest) -> Result<TxnResponse
             Some(Request::RequestTxn(x)) => Response::ResponseTxn(read_only_txn(v, x)?),
             // The caller checked the txn only reads; a write here is a caller's bug.
             Some(Request::RequestPut(_)) | Some(Request::RequestDeleteRange(_)) => {
-                return Err(errors::NOT_CAPABLE);
+                return Err(error::NOT_CAPABLE);
             }
             None => continue,
         };

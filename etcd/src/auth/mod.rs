@@ -22,7 +22,7 @@ use proto::etcdserverpb::{
     AuthenticateResponse, InternalRaftRequest, RequestOp, TxnRequest, request_op,
 };
 
-use crate::api::errors::{self, ApiError};
+use crate::error::{self, Error};
 use crate::mvcc::{KvStore, WriteTxn};
 use common::backend::buckets;
 pub use perms::Access;
@@ -54,21 +54,10 @@ struct AuthState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PasswordError {
     /// One of etcd's API errors (auth not enabled, authentication failed).
-    Api(ApiError),
+    Api(Error),
     /// A password given for a user added with --no-password: etcd returns its auth
     /// package's own error here, not an API one.
     NoPasswordUser,
-}
-
-impl From<PasswordError> for tonic::Status {
-    fn from(e: PasswordError) -> tonic::Status {
-        match e {
-            PasswordError::Api(a) => a.status(),
-            PasswordError::NoPasswordUser => tonic::Status::unknown(
-                "auth: authentication failed, password was given for no password user",
-            ),
-        }
-    }
 }
 
 /// The answer of an applied auth request, for the API layer to return.
@@ -243,10 +232,10 @@ impl AuthStore {
     }
 
     /// The identity `token` carries, or etcd's invalid-token error.
-    pub fn info_from_token(&self, token: &str) -> Result<AuthInfo, ApiError> {
+    pub fn info_from_token(&self, token: &str) -> Result<AuthInfo, Error> {
         self.tokens
             .info(token, self.revision())
-            .ok_or(errors::INVALID_AUTH_TOKEN)
+            .ok_or(error::INVALID_AUTH_TOKEN)
     }
 
     /// Checks `password` for `name` (etcd's CheckPassword, done before Authenticate is
@@ -256,21 +245,21 @@ impl AuthStore {
         let (hash, revision) = {
             let st = self.read();
             if !st.enabled {
-                return Err(PasswordError::Api(errors::AUTH_NOT_ENABLED));
+                return Err(PasswordError::Api(error::AUTH_NOT_ENABLED));
             }
             let u = st
                 .users
                 .get(name)
-                .ok_or(PasswordError::Api(errors::AUTH_FAILED))?;
+                .ok_or(PasswordError::Api(error::AUTH_FAILED))?;
             if u.options.as_ref().is_some_and(|o| o.no_password) {
                 return Err(PasswordError::NoPasswordUser);
             }
             (u.password.clone(), st.revision)
         };
-        let hash = String::from_utf8(hash).map_err(|_| PasswordError::Api(errors::AUTH_FAILED))?;
+        let hash = String::from_utf8(hash).map_err(|_| PasswordError::Api(error::AUTH_FAILED))?;
         match bcrypt::verify(password, &hash) {
             Ok(true) => Ok(revision),
-            _ => Err(PasswordError::Api(errors::AUTH_FAILED)),
+            _ => Err(PasswordError::Api(error::AUTH_FAILED)),
         }
     }
 
@@ -281,13 +270,13 @@ impl AuthStore {
         key: &[u8],
         range_end: &[u8],
         access: Access,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), Error> {
         let st = self.read();
         if !st.enabled {
             return Ok(());
         }
         if ai.revision == 0 {
-            return Err(errors::USER_EMPTY);
+            return Err(error::USER_EMPTY);
         }
         if ai.revision < st.revision {
             tracing::warn!(
@@ -296,11 +285,11 @@ impl AuthStore {
                 current_revision = st.revision,
                 "request auth revision is less than current node auth revision"
             );
-            return Err(errors::AUTH_OLD_REVISION);
+            return Err(error::AUTH_OLD_REVISION);
         }
         let Some(user) = st.users.get(&ai.username) else {
             tracing::error!(user_name = %ai.username, "cannot find a user for permission check");
-            return Err(errors::PERMISSION_DENIED);
+            return Err(error::PERMISSION_DENIED);
         };
         if has_root_role(user) {
             return Ok(());
@@ -309,24 +298,24 @@ impl AuthStore {
         if perms::permitted(&roles, key, range_end, access) {
             Ok(())
         } else {
-            Err(errors::PERMISSION_DENIED)
+            Err(error::PERMISSION_DENIED)
         }
     }
 
     /// etcd's IsAdminPermitted: the user has the root role (always true with auth off).
-    pub fn check_admin(&self, ai: &AuthInfo) -> Result<(), ApiError> {
+    pub fn check_admin(&self, ai: &AuthInfo) -> Result<(), Error> {
         let st = self.read();
         if !st.enabled {
             return Ok(());
         }
         if ai.username.is_empty() {
-            return Err(errors::USER_EMPTY);
+            return Err(error::USER_EMPTY);
         }
-        let u = st.users.get(&ai.username).ok_or(errors::USER_NOT_FOUND)?;
+        let u = st.users.get(&ai.username).ok_or(error::USER_NOT_FOUND)?;
         if has_root_role(u) {
             Ok(())
         } else {
-            Err(errors::PERMISSION_DENIED)
+            Err(error::PERMISSION_DENIED)
         }
     }
 
@@ -339,7 +328,7 @@ impl AuthStore {
 
     /// Every key a txn reads (compares, ranges, deletes with prev_kv) and writes, in all
     /// branches and nested txns, checked as etcd's checkTxnAuth.
-    pub fn check_txn(&self, ai: &AuthInfo, t: &TxnRequest) -> Result<(), ApiError> {
+    pub fn check_txn(&self, ai: &AuthInfo, t: &TxnRequest) -> Result<(), Error> {
         for c in &t.compare {
             self.check(ai, &c.key, &c.range_end, Access::Read)?;
         }
@@ -347,7 +336,7 @@ impl AuthStore {
         self.check_ops(ai, &t.failure)
     }
 
-    fn check_ops(&self, ai: &AuthInfo, ops: &[RequestOp]) -> Result<(), ApiError> {
+    fn check_ops(&self, ai: &AuthInfo, ops: &[RequestOp]) -> Result<(), Error> {
         for op in ops {
             match &op.request {
                 Some(request_op::Request::RequestRange(r)) => {
@@ -374,7 +363,7 @@ impl AuthStore {
 
     /// etcd's checkLeasePuts: writing under (or revoking) a lease needs write permission on
     /// every key already attached to it, or a user could revoke keys it cannot write.
-    pub fn check_lease_keys(&self, ai: &AuthInfo, keys: &[Vec<u8>]) -> Result<(), ApiError> {
+    pub fn check_lease_keys(&self, ai: &AuthInfo, keys: &[Vec<u8>]) -> Result<(), Error> {
         for k in keys {
             self.check(ai, k, b"", Access::Write)?;
         }
@@ -388,7 +377,7 @@ impl AuthStore {
         &self,
         req: &InternalRaftRequest,
         lease_keys: &dyn Fn(i64) -> Vec<Vec<u8>>,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), Error> {
         if !self.is_enabled() {
             return Ok(());
         }
@@ -447,7 +436,7 @@ impl AuthStore {
         w: &mut WriteTxn<'_>,
         req: &InternalRaftRequest,
         index: u64,
-    ) -> Result<AuthResponse, ApiError> {
+    ) -> Result<AuthResponse, Error> {
         let mut guard = self.state.write().unwrap_or_else(|e| e.into_inner());
         let mut st = guard.clone();
         let out = self.apply_to(&mut st, w, req, index)?;
@@ -461,15 +450,15 @@ impl AuthStore {
         w: &mut WriteTxn<'_>,
         req: &InternalRaftRequest,
         index: u64,
-    ) -> Result<AuthResponse, ApiError> {
+    ) -> Result<AuthResponse, Error> {
         if req.auth_enable.is_some() {
             if st.enabled {
                 tracing::info!("authentication is already enabled; ignored auth enable request");
                 return Ok(AuthResponse::Enable(Default::default()));
             }
-            let root = st.users.get(ROOT_USER).ok_or(errors::ROOT_USER_NOT_EXIST)?;
+            let root = st.users.get(ROOT_USER).ok_or(error::ROOT_USER_NOT_EXIST)?;
             if !has_root_role(root) {
-                return Err(errors::ROOT_ROLE_NOT_EXIST);
+                return Err(error::ROOT_ROLE_NOT_EXIST);
             }
             w.put_raw(buckets::AUTH, ENABLED_KEY, &[1]);
             st.enabled = true;
@@ -497,20 +486,20 @@ impl AuthStore {
         }
         if let Some(a) = &req.authenticate {
             if !st.enabled {
-                return Err(errors::AUTH_NOT_ENABLED);
+                return Err(error::AUTH_NOT_ENABLED);
             }
             // The password was checked by the member that proposed this; only the user's
             // existence is checked again here, as etcd does.
-            let u = st.users.get(&a.name).ok_or(errors::AUTH_FAILED)?;
+            let u = st.users.get(&a.name).ok_or(error::AUTH_FAILED)?;
             if u.options.as_ref().is_some_and(|o| o.no_password) {
-                return Err(errors::AUTH_FAILED);
+                return Err(error::AUTH_FAILED);
             }
             let token = self
                 .tokens
                 .assign(&a.name, st.revision, &a.simple_token, index)
                 .map_err(|e| {
                     tracing::error!(error = %e, "failed to assign an auth token");
-                    errors::AUTH_FAILED
+                    error::AUTH_FAILED
                 })?;
             tracing::debug!(user_name = %a.name, "authenticated a user");
             return Ok(AuthResponse::Authenticate(AuthenticateResponse {
@@ -520,10 +509,10 @@ impl AuthStore {
         }
         if let Some(r) = &req.auth_user_add {
             if r.name.is_empty() {
-                return Err(errors::USER_EMPTY);
+                return Err(error::USER_EMPTY);
             }
             if st.users.contains_key(&r.name) {
-                return Err(errors::USER_ALREADY_EXIST);
+                return Err(error::USER_ALREADY_EXIST);
             }
             let options = r.options.unwrap_or(UserAddOptions { no_password: false });
             let password = if options.no_password {
@@ -533,7 +522,7 @@ impl AuthStore {
             } else {
                 // An etcd 3.4 member proposes the plain password; hash it here as it does.
                 bcrypt::hash(&r.password, self.bcrypt_cost)
-                    .map_err(|_| errors::AUTH_FAILED)?
+                    .map_err(|_| error::AUTH_FAILED)?
                     .into_bytes()
             };
             let u = User {
@@ -550,10 +539,10 @@ impl AuthStore {
         if let Some(r) = &req.auth_user_delete {
             if st.enabled && r.name == ROOT_USER {
                 tracing::error!("cannot delete 'root' user");
-                return Err(errors::INVALID_AUTH_MGMT);
+                return Err(error::INVALID_AUTH_MGMT);
             }
             if st.users.remove(&r.name).is_none() {
-                return Err(errors::USER_NOT_FOUND);
+                return Err(error::USER_NOT_FOUND);
             }
             w.delete_raw(buckets::AUTH_USERS, r.name.as_bytes());
             commit_revision(st, w);
@@ -566,12 +555,12 @@ impl AuthStore {
                 .users
                 .get(&r.name)
                 .cloned()
-                .ok_or(errors::USER_NOT_FOUND)?;
+                .ok_or(error::USER_NOT_FOUND)?;
             u.password = if !r.hashed_password.is_empty() {
                 r.hashed_password.as_bytes().to_vec()
             } else {
                 bcrypt::hash(&r.password, self.bcrypt_cost)
-                    .map_err(|_| errors::AUTH_FAILED)?
+                    .map_err(|_| error::AUTH_FAILED)?
                     .into_bytes()
             };
             put_user(st, w, u);
@@ -585,9 +574,9 @@ impl AuthStore {
                 .users
                 .get(&r.user)
                 .cloned()
-                .ok_or(errors::USER_NOT_FOUND)?;
+                .ok_or(error::USER_NOT_FOUND)?;
             if r.role != ROOT_ROLE && !st.roles.contains_key(&r.role) {
-                return Err(errors::ROLE_NOT_FOUND);
+                return Err(error::ROLE_NOT_FOUND);
             }
             if u.roles.contains(&r.role) {
                 tracing::warn!(user_name = %r.user, role_name = %r.role, "ignored grant role request to a user");
@@ -601,7 +590,7 @@ impl AuthStore {
             return Ok(AuthResponse::UserGrantRole(Default::default()));
         }
         if let Some(r) = &req.auth_user_get {
-            let u = st.users.get(&r.name).ok_or(errors::USER_NOT_FOUND)?;
+            let u = st.users.get(&r.name).ok_or(error::USER_NOT_FOUND)?;
             return Ok(AuthResponse::UserGet(AuthUserGetResponse {
                 header: None,
                 roles: u.roles.clone(),
@@ -616,17 +605,17 @@ impl AuthStore {
         if let Some(r) = &req.auth_user_revoke_role {
             if st.enabled && r.name == ROOT_USER && r.role == ROOT_ROLE {
                 tracing::error!("'root' user cannot revoke 'root' role");
-                return Err(errors::INVALID_AUTH_MGMT);
+                return Err(error::INVALID_AUTH_MGMT);
             }
             let mut u = st
                 .users
                 .get(&r.name)
                 .cloned()
-                .ok_or(errors::USER_NOT_FOUND)?;
+                .ok_or(error::USER_NOT_FOUND)?;
             let before = u.roles.len();
             u.roles.retain(|x| x != &r.role);
             if u.roles.len() == before {
-                return Err(errors::ROLE_NOT_GRANTED);
+                return Err(error::ROLE_NOT_GRANTED);
             }
             put_user(st, w, u);
             commit_revision(st, w);
@@ -635,10 +624,10 @@ impl AuthStore {
         }
         if let Some(r) = &req.auth_role_add {
             if r.name.is_empty() {
-                return Err(errors::ROLE_EMPTY);
+                return Err(error::ROLE_EMPTY);
             }
             if st.roles.contains_key(&r.name) {
-                return Err(errors::ROLE_ALREADY_EXIST);
+                return Err(error::ROLE_ALREADY_EXIST);
             }
             put_role(
                 st,
@@ -653,7 +642,7 @@ impl AuthStore {
             return Ok(AuthResponse::RoleAdd(Default::default()));
         }
         if let Some(r) = &req.auth_role_get {
-            let role = st.roles.get(&r.role).ok_or(errors::ROLE_NOT_FOUND)?;
+            let role = st.roles.get(&r.role).ok_or(error::ROLE_NOT_FOUND)?;
             return Ok(AuthResponse::RoleGet(AuthRoleGetResponse {
                 header: None,
                 perm: role.key_permission.clone(),
@@ -668,10 +657,10 @@ impl AuthStore {
         if let Some(r) = &req.auth_role_delete {
             if st.enabled && r.role == ROOT_ROLE {
                 tracing::error!("cannot delete 'root' role");
-                return Err(errors::INVALID_AUTH_MGMT);
+                return Err(error::INVALID_AUTH_MGMT);
             }
             if st.roles.remove(&r.role).is_none() {
-                return Err(errors::ROLE_NOT_FOUND);
+                return Err(error::ROLE_NOT_FOUND);
             }
             w.delete_raw(buckets::AUTH_ROLES, r.role.as_bytes());
             // The role goes from every user that had it.
@@ -694,8 +683,8 @@ impl AuthStore {
                 .roles
                 .get(&r.name)
                 .cloned()
-                .ok_or(errors::ROLE_NOT_FOUND)?;
-            let perm = r.perm.clone().ok_or(errors::PERMISSION_NOT_GIVEN)?;
+                .ok_or(error::ROLE_NOT_FOUND)?;
+            let perm = r.perm.clone().ok_or(error::PERMISSION_NOT_GIVEN)?;
             // The same key and range end replace the existing permission's type.
             if let Some(p) = role
                 .key_permission
@@ -721,19 +710,19 @@ impl AuthStore {
                 .roles
                 .get(&r.role)
                 .cloned()
-                .ok_or(errors::ROLE_NOT_FOUND)?;
+                .ok_or(error::ROLE_NOT_FOUND)?;
             let before = role.key_permission.len();
             role.key_permission
                 .retain(|p| !(p.key == r.key && p.range_end == r.range_end));
             if role.key_permission.len() == before {
-                return Err(errors::PERMISSION_NOT_GRANTED);
+                return Err(error::PERMISSION_NOT_GRANTED);
             }
             put_role(st, w, role);
             commit_revision(st, w);
             tracing::info!(role_name = %r.role, "revoked a permission on range");
             return Ok(AuthResponse::RoleRevokePermission(Default::default()));
         }
-        Err(errors::NOT_CAPABLE)
+        Err(error::NOT_CAPABLE)
     }
 }
 

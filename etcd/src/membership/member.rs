@@ -64,6 +64,17 @@ fn is_false(b: &bool) -> bool {
 }
 
 impl Member {
+    /// The member as the v3 API's `etcdserverpb.Member`.
+    pub fn to_pb(&self) -> proto::etcdserverpb::Member {
+        proto::etcdserverpb::Member {
+            id: self.id,
+            name: self.name.clone(),
+            peer_ur_ls: self.peer_urls.clone(),
+            client_ur_ls: self.client_urls.clone(),
+            is_learner: self.is_learner,
+        }
+    }
+
     /// A member of a cluster bootstrapped from --initial-cluster (no time in its ID).
     pub fn new_bootstrap(name: &str, peer_urls: Vec<String>, cluster_token: &str) -> Member {
         Member {

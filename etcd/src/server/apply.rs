@@ -12,9 +12,9 @@ use proto::mvccpb::{Event, event::EventType};
 use proto::raftpb::Entry;
 
 use super::alarms::Alarms;
-use crate::api::errors::{self, ApiError};
 use crate::apply::kv::{self, LeaseLookup};
 use crate::auth::{self, AuthResponse, AuthStore};
+use crate::error::{self, Error};
 use crate::lease::{Lessor, MAX_LEASE_TTL};
 use crate::membership::Member;
 use crate::mvcc::{KeyRange, KvStore};
@@ -40,7 +40,7 @@ pub enum Applied {
 /// What an apply produced: the result (or etcd's error) and the store revision after it.
 #[derive(Debug, Clone)]
 pub struct Outcome {
-    pub result: Result<Applied, ApiError>,
+    pub result: Result<Applied, Error>,
     pub revision: i64,
 }
 
@@ -62,7 +62,7 @@ fn precheck_txn(
     w: &mut crate::mvcc::WriteTxn<'_>,
     r: &TxnRequest,
     leases: &dyn LeaseLookup,
-) -> Result<bool, ApiError> {
+) -> Result<bool, Error> {
     let ok = kv::txn_compares_hold(w, r)?;
     let ops: &[RequestOp] = if ok { &r.success } else { &r.failure };
     for op in ops {
@@ -72,7 +72,7 @@ fn precheck_txn(
                     Some(
                         w.get(&p.key)
                             .map_err(kv::mvcc_error)?
-                            .ok_or(errors::KEY_NOT_FOUND)?,
+                            .ok_or(error::KEY_NOT_FOUND)?,
                     )
                 } else {
                     None
@@ -82,7 +82,7 @@ fn precheck_txn(
                     _ => p.lease,
                 };
                 if lease != 0 && !leases.lease_exists(lease) {
-                    return Err(errors::LEASE_NOT_FOUND);
+                    return Err(error::LEASE_NOT_FOUND);
                 }
             }
             Some(request_op::Request::RequestRange(RangeRequest { revision, .. }))
@@ -180,9 +180,9 @@ pub fn apply_normal(
     let result = if let Err(denied) = auth.check_apply(&req, &lease_keys) {
         Err(denied)
     } else if touches_store && alarms.has(AlarmType::Corrupt) {
-        Err(errors::CORRUPT)
+        Err(error::CORRUPT)
     } else if grows && alarms.has(AlarmType::Nospace) {
-        Err(errors::NO_SPACE)
+        Err(error::NO_SPACE)
     } else if auth::is_auth_request(&req) {
         auth.apply(&mut w, &req, e.index).map(Applied::Auth)
     } else if let Some(a) = &req.alarm {
@@ -201,7 +201,7 @@ pub fn apply_normal(
             })),
             Ok(AlarmAction::Activate) => {
                 if a.alarm == AlarmType::None as i32 {
-                    Err(errors::NOT_CAPABLE)
+                    Err(error::NOT_CAPABLE)
                 } else {
                     if alarms.activate(&mut w, m) {
                         tracing::warn!(member = %crate::membership::id_hex(a.member_id), alarm = a.alarm, "alarm raised");
@@ -222,7 +222,7 @@ pub fn apply_normal(
                     alarms: if was { vec![m] } else { Vec::new() },
                 }))
             }
-            Err(_) => Err(errors::NOT_CAPABLE),
+            Err(_) => Err(error::NOT_CAPABLE),
         }
     } else if let Some(p) = &req.put {
         kv::put(&mut w, p, leases).map(Applied::Put)
@@ -239,9 +239,9 @@ pub fn apply_normal(
             .map_err(kv::mvcc_error)
     } else if let Some(g) = &req.lease_grant {
         if lessor.lease_exists(g.id) {
-            Err(errors::LEASE_EXIST)
+            Err(error::LEASE_EXIST)
         } else if g.ttl > MAX_LEASE_TTL {
-            Err(errors::LEASE_TTL_TOO_LARGE)
+            Err(error::LEASE_TTL_TOO_LARGE)
         } else {
             let ttl = lessor.effective_ttl(g.ttl);
             let rec = leasepb::Lease {
@@ -260,7 +260,7 @@ pub fn apply_normal(
         }
     } else if let Some(r) = &req.lease_revoke {
         match lessor.time_to_live(r.id) {
-            None => Err(errors::LEASE_NOT_FOUND),
+            None => Err(error::LEASE_NOT_FOUND),
             Some((_, _, keys)) => {
                 // Every key of the lease goes in this one revision.
                 let mut res = Ok(());
@@ -295,7 +295,7 @@ pub fn apply_normal(
             index = e.index,
             "skipping a request this version cannot apply"
         );
-        Err(errors::NOT_CAPABLE)
+        Err(error::NOT_CAPABLE)
     };
     let (rev, result) = match w.end(e.index, e.term) {
         Ok((events, rev)) => {

@@ -11,16 +11,16 @@ use proto::etcdserverpb::{
 use proto::peerpb::peer_client::PeerClient;
 
 use super::EtcdServer;
-use crate::api::errors::{self, ApiError};
+use crate::error::{self, Error};
 use crate::membership::id_hex;
 use crate::transport::sender;
 
 /// This member's HashKV at `rev` (0 = now), as the Maintenance service answers it.
-pub async fn local_hash(server: &EtcdServer, rev: i64) -> Result<HashKvResponse, ApiError> {
+pub async fn local_hash(server: &EtcdServer, rev: i64) -> Result<HashKvResponse, Error> {
     let store = server.kv().clone();
     let (hash, hashed, compact) = tokio::task::spawn_blocking(move || store.hash_kv(rev))
         .await
-        .map_err(|_| errors::STOPPED)?
+        .map_err(|_| error::STOPPED)?
         .map_err(crate::apply::kv::mvcc_error)?;
     Ok(HashKvResponse {
         header: server.header(server.kv().current_rev()),

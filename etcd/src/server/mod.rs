@@ -21,8 +21,8 @@ use prost::Message;
 use proto::etcdserverpb::{InternalRaftRequest, RequestHeader, ResponseHeader};
 use tokio::sync::{oneshot, watch};
 
-use crate::api::errors::{self, ApiError};
 use crate::config::Config;
+use crate::error::{self, Error};
 use crate::lease::Lessor;
 use crate::membership::Member;
 use crate::mvcc::KvStore;
@@ -160,9 +160,8 @@ pub struct EtcdServer {
     raft_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     apply_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     transport: Arc<Transport>,
-    /// A channel to the leader's peer service (id, channel), for forwarded lease and
-    /// promote calls.
-    leader_channel: Mutex<Option<(u64, tonic::transport::Channel)>>,
+    /// Lease and promote calls a follower forwards to the leader.
+    forwarder: crate::transport::forward::Forwarder,
 }
 
 impl EtcdServer {
@@ -274,12 +273,12 @@ impl EtcdServer {
             raft_thread: Mutex::new(Some(handle)),
             apply_thread: Mutex::new(Some(apply_handle)),
             transport,
-            leader_channel: Mutex::new(None),
+            forwarder: Default::default(),
         }))
     }
 
     /// Hands a peer's raft message to the raft loop.
-    pub fn step(&self, m: proto::raftpb::Message) -> Result<(), ApiError> {
+    pub fn step(&self, m: proto::raftpb::Message) -> Result<(), Error> {
         self.send(RaftMsg::Step(Box::new(m)))
     }
 
@@ -323,31 +322,31 @@ impl EtcdServer {
     }
 
     /// Raft's view of itself (the leader's has every peer's progress).
-    pub async fn raft_status(&self) -> Result<crate::raft::Status, ApiError> {
+    pub async fn raft_status(&self) -> Result<crate::raft::Status, Error> {
         let (tx, rx) = oneshot::channel();
         self.send(RaftMsg::Status(tx))?;
-        rx.await.map_err(|_| errors::STOPPED)
+        rx.await.map_err(|_| error::STOPPED)
     }
 
     /// What etcd refuses before reading: a learner serves only serializable reads (and
     /// Status, MemberList).
-    pub fn guard(&self, serializable_read: bool) -> Result<(), ApiError> {
+    pub fn guard(&self, serializable_read: bool) -> Result<(), Error> {
         if !serializable_read && self.is_learner() {
-            return Err(errors::NOT_SUPPORTED_FOR_LEARNER);
+            return Err(error::NOT_SUPPORTED_FOR_LEARNER);
         }
         Ok(())
     }
 
     /// What etcd refuses before a change: what `guard` refuses, and, with the CORRUPT alarm
     /// raised, every KV and lease change (reads, watches and renewals go on, as in etcd 3.4).
-    pub fn guard_write(&self) -> Result<(), ApiError> {
+    pub fn guard_write(&self) -> Result<(), Error> {
         self.guard(false)?;
         if self
             .shared
             .alarms
             .has(proto::etcdserverpb::AlarmType::Corrupt)
         {
-            return Err(errors::CORRUPT);
+            return Err(error::CORRUPT);
         }
         Ok(())
     }
@@ -363,50 +362,26 @@ impl EtcdServer {
             .any(|m| m.id == self.shared.member_id && m.is_learner)
     }
 
-    /// A channel to the current leader's peer service.
-    async fn leader_channel(&self) -> Result<tonic::transport::Channel, ApiError> {
+    /// The current leader's id and peer URLs, for a request only the leader can answer.
+    fn leader_urls(&self) -> Result<(u64, Vec<String>), Error> {
         let leader = self.leader();
         if leader == 0 {
-            return Err(errors::NO_LEADER);
-        }
-        if let Some((id, ch)) = self
-            .leader_channel
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            && *id == leader
-        {
-            return Ok(ch.clone());
+            return Err(error::NO_LEADER);
         }
         let urls = self
             .members()
             .into_iter()
             .find(|m| m.id == leader)
             .map(|m| m.peer_urls)
-            .ok_or(errors::NO_LEADER)?;
-        let ch = crate::transport::sender::connect(
-            &urls,
-            std::time::Duration::from_secs(1),
-            self.transport.local().tls.as_ref(),
-        )
-        .await
-        .map_err(|_| errors::TIMEOUT_DUE_TO_CONNECTION_LOST)?;
-        *self
-            .leader_channel
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Some((leader, ch.clone()));
-        Ok(ch)
-    }
-
-    fn forwarded(s: tonic::Status) -> ApiError {
-        errors::by_message(s.message()).unwrap_or(errors::TIMEOUT_DUE_TO_CONNECTION_LOST)
+            .ok_or(error::NO_LEADER)?;
+        Ok((leader, urls))
     }
 
     /// Renews a lease on the leader, which owns expiry (a follower forwards the renewal).
     pub async fn lease_renew(
         &self,
         id: i64,
-    ) -> Result<proto::etcdserverpb::LeaseKeepAliveResponse, ApiError> {
+    ) -> Result<proto::etcdserverpb::LeaseKeepAliveResponse, Error> {
         if self.is_leader() {
             // An unknown (expired or revoked) lease answers TTL 0, as etcd's.
             let ttl = self.shared.lessor.renew(id).unwrap_or(0);
@@ -416,16 +391,11 @@ impl EtcdServer {
                 ttl,
             });
         }
-        let ch = self.leader_channel().await?;
-        let req = crate::transport::sender::request(
-            self.transport.local(),
-            proto::etcdserverpb::LeaseKeepAliveRequest { id },
-        );
-        let mut r = proto::peerpb::peer_client::PeerClient::new(ch)
-            .lease_renew(req)
-            .await
-            .map_err(Self::forwarded)?
-            .into_inner();
+        let (leader, urls) = self.leader_urls()?;
+        let mut r = self
+            .forwarder
+            .lease_renew(self.transport.local(), leader, &urls, id)
+            .await?;
         r.header = self.header(self.shared.kv.current_rev());
         Ok(r)
     }
@@ -434,7 +404,7 @@ impl EtcdServer {
     pub async fn lease_time_to_live(
         &self,
         req: proto::etcdserverpb::LeaseTimeToLiveRequest,
-    ) -> Result<proto::etcdserverpb::LeaseTimeToLiveResponse, ApiError> {
+    ) -> Result<proto::etcdserverpb::LeaseTimeToLiveResponse, Error> {
         use proto::etcdserverpb::LeaseTimeToLiveResponse;
         if self.is_leader() || self.leader() == 0 {
             let header = self.header(self.shared.kv.current_rev());
@@ -456,13 +426,11 @@ impl EtcdServer {
                 },
             });
         }
-        let ch = self.leader_channel().await?;
-        let req = crate::transport::sender::request(self.transport.local(), req);
-        let mut r = proto::peerpb::peer_client::PeerClient::new(ch)
-            .lease_time_to_live(req)
-            .await
-            .map_err(Self::forwarded)?
-            .into_inner();
+        let (leader, urls) = self.leader_urls()?;
+        let mut r = self
+            .forwarder
+            .lease_time_to_live(self.transport.local(), leader, &urls, req)
+            .await?;
         r.header = self.header(self.shared.kv.current_rev());
         Ok(r)
     }
@@ -471,7 +439,7 @@ impl EtcdServer {
     pub async fn propose_conf_change(
         &self,
         mut cc: proto::raftpb::ConfChange,
-    ) -> Result<Vec<Member>, ApiError> {
+    ) -> Result<Vec<Member>, Error> {
         let id = self.ids.next();
         cc.id = id;
         let rx = self.shared.wait.register(id);
@@ -482,19 +450,19 @@ impl EtcdServer {
         match tokio::time::timeout(self.timeout(), rx).await {
             Ok(Ok(outcome)) => match outcome.result? {
                 apply::Applied::Members(ms) => Ok(ms),
-                _ => Err(errors::CORRUPT),
+                _ => Err(error::CORRUPT),
             },
-            Ok(Err(_)) => Err(errors::STOPPED),
+            Ok(Err(_)) => Err(error::STOPPED),
             Err(_) => {
                 self.shared.wait.cancel(id);
-                Err(errors::TIMEOUT)
+                Err(error::TIMEOUT)
             }
         }
     }
 
     /// etcd's --strict-reconfig-check for removals: a quorum of started and connected
     /// voters must remain.
-    pub fn may_remove_member(&self, id: u64) -> Result<(), ApiError> {
+    pub fn may_remove_member(&self, id: u64) -> Result<(), Error> {
         if !self.shared.cfg.strict_reconfig_check {
             return Ok(());
         }
@@ -503,7 +471,7 @@ impl EtcdServer {
             return Ok(());
         }
         if !reconfig::ready_to_remove_voter(&members, id) {
-            return Err(errors::MEMBER_NOT_ENOUGH_STARTED);
+            return Err(error::MEMBER_NOT_ENOUGH_STARTED);
         }
         // A member that is down is no part of the active quorum: removing it is safe.
         if id != self.member_id() && !self.transport.is_connected(id) {
@@ -515,57 +483,48 @@ impl EtcdServer {
             .filter(|m| m.id == self.member_id() || self.transport.is_connected(m.id))
             .count();
         if active.saturating_sub(1) < 1 + (voters.len() - 1) / 2 {
-            return Err(errors::UNHEALTHY);
+            return Err(error::UNHEALTHY);
         }
         Ok(())
     }
 
     /// etcd's --strict-reconfig-check for adding a voter.
-    pub fn may_add_member(&self, learner: bool) -> Result<(), ApiError> {
+    pub fn may_add_member(&self, learner: bool) -> Result<(), Error> {
         if !self.shared.cfg.strict_reconfig_check || learner {
             return Ok(());
         }
         let members = self.members();
         if !reconfig::ready_to_add_voter(&members) {
-            return Err(errors::MEMBER_NOT_ENOUGH_STARTED);
+            return Err(error::MEMBER_NOT_ENOUGH_STARTED);
         }
         let all_connected = members
             .iter()
             .filter(|m| !m.is_learner && m.id != self.member_id())
             .all(|m| self.transport.is_connected(m.id));
         if !all_connected {
-            return Err(errors::UNHEALTHY);
+            return Err(error::UNHEALTHY);
         }
         Ok(())
     }
 
     /// Promotes learner `id` to voter; only the leader knows whether it has caught up, so a
     /// follower forwards the request.
-    pub async fn promote_member(
-        &self,
-        id: u64,
-    ) -> Result<Vec<proto::etcdserverpb::Member>, ApiError> {
+    pub async fn promote_member(&self, id: u64) -> Result<Vec<proto::etcdserverpb::Member>, Error> {
         if !self.is_leader() {
-            let ch = self.leader_channel().await?;
-            let req = crate::transport::sender::request(
-                self.transport.local(),
-                proto::etcdserverpb::MemberPromoteRequest { id },
-            );
-            let r = proto::peerpb::peer_client::PeerClient::new(ch)
-                .promote(req)
-                .await
-                .map_err(Self::forwarded)?
-                .into_inner();
-            return Ok(r.members);
+            let (leader, urls) = self.leader_urls()?;
+            return self
+                .forwarder
+                .promote(self.transport.local(), leader, &urls, id)
+                .await;
         }
         let members = self.members();
         match members.iter().find(|m| m.id == id) {
-            None => return Err(errors::MEMBER_NOT_FOUND),
-            Some(m) if !m.is_learner => return Err(errors::MEMBER_NOT_LEARNER),
+            None => return Err(error::MEMBER_NOT_FOUND),
+            Some(m) if !m.is_learner => return Err(error::MEMBER_NOT_LEARNER),
             Some(_) => {}
         }
         if self.shared.cfg.strict_reconfig_check && !reconfig::ready_to_promote(&members) {
-            return Err(errors::MEMBER_NOT_ENOUGH_STARTED);
+            return Err(error::MEMBER_NOT_ENOUGH_STARTED);
         }
         // etcd's readiness: the learner's log within 90% of the leader's.
         let status = self.raft_status().await?;
@@ -576,7 +535,7 @@ impl EtcdServer {
             .unwrap_or(0);
         let learner_match = status.progress.get(&id).map(|p| p.matched).unwrap_or(0);
         if (learner_match as f64) < (leader_match as f64) * 0.9 {
-            return Err(errors::LEARNER_NOT_READY);
+            return Err(error::LEARNER_NOT_READY);
         }
         let cc = proto::raftpb::ConfChange {
             r#type: proto::raftpb::ConfChangeType::ConfChangeAddNode as i32,
@@ -585,11 +544,11 @@ impl EtcdServer {
             ..Default::default()
         };
         let ms = self.propose_conf_change(cc).await?;
-        Ok(ms.iter().map(crate::api::cluster::to_pb).collect())
+        Ok(ms.iter().map(Member::to_pb).collect())
     }
 
     /// Asks raft to hand leadership to `to` and waits until it has (or the transfer failed).
-    pub async fn move_leader(&self, to: u64) -> Result<(), ApiError> {
+    pub async fn move_leader(&self, to: u64) -> Result<(), Error> {
         self.send(RaftMsg::TransferLeader(to))?;
         let deadline = tokio::time::Instant::now()
             + self.shared.cfg.election_timeout * 2
@@ -600,7 +559,7 @@ impl EtcdServer {
             }
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
-        Err(errors::TIMEOUT_LEADER_TRANSFER)
+        Err(error::TIMEOUT_LEADER_TRANSFER)
     }
 
     /// Resolves when the server fails for good (e.g. it was removed from the cluster).
@@ -643,7 +602,7 @@ impl EtcdServer {
 
     /// etcd's quota check before a write that grows the db: when the backend plus this
     /// request would pass --quota-backend-bytes, raise NOSPACE and refuse the request.
-    pub async fn check_quota(&self, request_bytes: usize) -> Result<(), ApiError> {
+    pub async fn check_quota(&self, request_bytes: usize) -> Result<(), Error> {
         let size = self.shared.kv.backend().db().size();
         // Room for the request's pages and bookkeeping, as etcd's cost estimate allows.
         let cost = request_bytes as u64 + 512;
@@ -665,7 +624,7 @@ impl EtcdServer {
             ..Default::default()
         };
         let _ = self.propose(req).await;
-        Err(errors::NO_SPACE)
+        Err(error::NO_SPACE)
     }
 
     pub fn is_leader(&self) -> bool {
@@ -718,12 +677,12 @@ impl EtcdServer {
         })
     }
 
-    fn send(&self, m: RaftMsg) -> Result<(), ApiError> {
+    fn send(&self, m: RaftMsg) -> Result<(), Error> {
         self.raft_tx
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .send(m)
-            .map_err(|_| errors::STOPPED)
+            .map_err(|_| error::STOPPED)
     }
 
     fn timeout(&self) -> std::time::Duration {
@@ -731,21 +690,21 @@ impl EtcdServer {
     }
 
     /// Proposes `req` through raft and waits for its apply.
-    pub async fn propose(&self, req: InternalRaftRequest) -> Result<Outcome, ApiError> {
+    pub async fn propose(&self, req: InternalRaftRequest) -> Result<Outcome, Error> {
         let m = &crate::metrics::METRICS;
         m.proposals_pending.inc();
         let r = self.propose_inner(req).await;
         m.proposals_pending.dec();
         // etcd counts the proposals that timed out or met a stopping server.
         if let Err(e) = &r
-            && (e.message == errors::TIMEOUT.message || e.message == errors::STOPPED.message)
+            && (e.message == error::TIMEOUT.message || e.message == error::STOPPED.message)
         {
             m.proposals_failed.inc();
         }
         r
     }
 
-    async fn propose_inner(&self, mut req: InternalRaftRequest) -> Result<Outcome, ApiError> {
+    async fn propose_inner(&self, mut req: InternalRaftRequest) -> Result<Outcome, Error> {
         let id = self.ids.next();
         req.header = Some(RequestHeader {
             id,
@@ -753,12 +712,12 @@ impl EtcdServer {
         });
         let data = req.encode_to_vec();
         if data.len() > self.shared.cfg.max_request_bytes {
-            return Err(errors::REQUEST_TOO_LARGE);
+            return Err(error::REQUEST_TOO_LARGE);
         }
         // The apply thread is far behind what raft commits: refuse more work until it
         // catches up, as etcd does.
         if self.commit_index() > self.applied_index() + apply_loop::MAX_APPLY_GAP {
-            return Err(errors::TOO_MANY_REQUESTS);
+            return Err(error::TOO_MANY_REQUESTS);
         }
         let rx = self.shared.wait.register(id);
         if let Err(e) = self.send(RaftMsg::Propose { id, data }) {
@@ -767,45 +726,45 @@ impl EtcdServer {
         }
         match tokio::time::timeout(self.timeout(), rx).await {
             Ok(Ok(outcome)) => Ok(outcome),
-            Ok(Err(_)) => Err(errors::STOPPED),
+            Ok(Err(_)) => Err(error::STOPPED),
             Err(_) => {
                 self.shared.wait.cancel(id);
-                Err(errors::TIMEOUT)
+                Err(error::TIMEOUT)
             }
         }
     }
 
     /// Waits until this member has applied everything committed when the read started, as
     /// confirmed by the leader (ReadIndex): a read after this is linearizable.
-    pub async fn linearizable_read(&self) -> Result<(), ApiError> {
+    pub async fn linearizable_read(&self) -> Result<(), Error> {
         let (tx, rx) = oneshot::channel();
         self.send(RaftMsg::ReadIndex(tx))?;
         let index = match tokio::time::timeout(self.timeout(), rx).await {
             Ok(Ok(r)) => r?,
-            Ok(Err(_)) => return Err(errors::STOPPED),
-            Err(_) => return Err(errors::TIMEOUT),
+            Ok(Err(_)) => return Err(error::STOPPED),
+            Err(_) => return Err(error::TIMEOUT),
         };
         self.wait_applied(index).await
     }
 
-    async fn wait_applied(&self, index: u64) -> Result<(), ApiError> {
+    async fn wait_applied(&self, index: u64) -> Result<(), Error> {
         let mut rx = self.applied_rx.clone();
         let wait = rx.wait_for(|a| *a >= index || self.failure().is_some());
         match tokio::time::timeout(self.timeout(), wait).await {
             Ok(Ok(_)) if self.failure().is_none() => Ok(()),
-            Ok(_) => Err(errors::STOPPED),
-            Err(_) => Err(errors::TIMEOUT_WAIT_APPLIED_INDEX),
+            Ok(_) => Err(error::STOPPED),
+            Err(_) => Err(error::TIMEOUT_WAIT_APPLIED_INDEX),
         }
     }
 
     /// Waits until a leader is known and everything committed at start is applied.
-    pub async fn wait_ready(&self) -> Result<(), ApiError> {
+    pub async fn wait_ready(&self) -> Result<(), Error> {
         // A member of a cluster waits for its peers as long as it takes, as etcd's does.
         let mut next_log = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
         loop {
             if let Some(f) = self.failure() {
                 tracing::error!(error = %f, "server failed while starting");
-                return Err(errors::STOPPED);
+                return Err(error::STOPPED);
             }
             if self.leader() != 0 {
                 match self.linearizable_read().await {

@@ -18,7 +18,7 @@ use super::Shared;
 use super::apply::{self, Applied, MemberChange};
 use super::apply_loop::ApplyTask;
 use super::reconfig;
-use crate::api::errors;
+use crate::error;
 use crate::membership::id_hex;
 use crate::raft::{MemStorage, RawNode, SnapshotStatus, StateRole};
 use crate::transport::{REMOVED_MESSAGE, Report, Transport};
@@ -26,7 +26,7 @@ use common::snap::Snapshotter;
 use common::wal::Wal;
 
 /// Answers a linearizable read with the index to wait for (or why it cannot be served).
-pub type ReadReply = oneshot::Sender<Result<u64, errors::ApiError>>;
+pub type ReadReply = oneshot::Sender<Result<u64, error::Error>>;
 
 /// The ReadIndex round in flight: its context and the reads it serves.
 type ReadRound = Option<(u64, Vec<ReadReply>)>;
@@ -108,7 +108,7 @@ impl RaftLoop {
                             self.shared.wait.trigger(
                                 id,
                                 apply::Outcome {
-                                    result: Err(errors::NO_LEADER),
+                                    result: Err(error::NO_LEADER),
                                     revision: 0,
                                 },
                             );
@@ -119,7 +119,7 @@ impl RaftLoop {
                             self.shared.wait.trigger(
                                 cc.id,
                                 apply::Outcome {
-                                    result: Err(errors::NO_LEADER),
+                                    result: Err(error::NO_LEADER),
                                     revision: 0,
                                 },
                             );
@@ -174,7 +174,7 @@ impl RaftLoop {
                 if self.node.role() != StateRole::Leader && self.node.leader_id() == 0 {
                     if let Some((_, txs)) = in_flight.take() {
                         for tx in txs {
-                            let _ = tx.send(Err(errors::NO_LEADER));
+                            let _ = tx.send(Err(error::NO_LEADER));
                         }
                     }
                 } else {
@@ -185,7 +185,7 @@ impl RaftLoop {
             if in_flight.is_none() && !waiting_reads.is_empty() {
                 if self.node.role() != StateRole::Leader && self.node.leader_id() == 0 {
                     for tx in waiting_reads.drain(..) {
-                        let _ = tx.send(Err(errors::NO_LEADER));
+                        let _ = tx.send(Err(error::NO_LEADER));
                     }
                 } else {
                     read_seq += 1;
@@ -196,7 +196,7 @@ impl RaftLoop {
                         }
                         Err(_) => {
                             for tx in waiting_reads.drain(..) {
-                                let _ = tx.send(Err(errors::NO_LEADER));
+                                let _ = tx.send(Err(error::NO_LEADER));
                             }
                         }
                     }

@@ -8,7 +8,7 @@ use proto::raftpb::{ConfChange, ConfChangeType};
 use serde::Deserialize;
 
 use super::apply::MemberChange;
-use crate::api::errors::{self, ApiError};
+use crate::error::{self, Error};
 use crate::membership::Member;
 
 /// etcd 3.4 allows one learner at a time.
@@ -51,23 +51,23 @@ pub fn validate(
     members: &[Member],
     removed: &BTreeSet<u64>,
     cc: &ConfChange,
-) -> Result<MemberChange, ApiError> {
+) -> Result<MemberChange, Error> {
     let id = cc.node_id;
     if removed.contains(&id) {
-        return Err(errors::MEMBER_NOT_FOUND);
+        return Err(error::MEMBER_NOT_FOUND);
     }
     let current = members.iter().find(|m| m.id == id);
     let ctx: Context = if cc.context().is_empty() {
         Context::default()
     } else {
-        serde_json::from_slice(cc.context()).map_err(|_| errors::MEMBER_BAD_URLS)?
+        serde_json::from_slice(cc.context()).map_err(|_| error::MEMBER_BAD_URLS)?
     };
     match ConfChangeType::try_from(cc.r#type) {
         Ok(ConfChangeType::ConfChangeAddNode | ConfChangeType::ConfChangeAddLearnerNode) => {
             if ctx.is_promote {
-                let m = current.ok_or(errors::MEMBER_NOT_FOUND)?;
+                let m = current.ok_or(error::MEMBER_NOT_FOUND)?;
                 if !m.is_learner {
-                    return Err(errors::MEMBER_NOT_LEARNER);
+                    return Err(error::MEMBER_NOT_LEARNER);
                 }
                 return Ok(MemberChange::Put(Member {
                     is_learner: false,
@@ -75,16 +75,16 @@ pub fn validate(
                 }));
             }
             if current.is_some() {
-                return Err(errors::MEMBER_EXIST);
+                return Err(error::MEMBER_EXIST);
             }
             let urls = ctx.peer_urls.unwrap_or_default();
             let used = urls_in_use(members, 0);
             if urls.iter().any(|u| used.contains(u.as_str())) {
-                return Err(errors::PEER_URL_EXIST);
+                return Err(error::PEER_URL_EXIST);
             }
             let learner = cc.r#type == ConfChangeType::ConfChangeAddLearnerNode as i32;
             if learner && members.iter().filter(|m| m.is_learner).count() + 1 > MAX_LEARNERS {
-                return Err(errors::TOO_MANY_LEARNERS);
+                return Err(error::TOO_MANY_LEARNERS);
             }
             Ok(MemberChange::Put(Member {
                 id,
@@ -95,15 +95,15 @@ pub fn validate(
             }))
         }
         Ok(ConfChangeType::ConfChangeRemoveNode) => {
-            current.ok_or(errors::MEMBER_NOT_FOUND)?;
+            current.ok_or(error::MEMBER_NOT_FOUND)?;
             Ok(MemberChange::Removed(id))
         }
         Ok(ConfChangeType::ConfChangeUpdateNode) => {
-            let m = current.ok_or(errors::MEMBER_NOT_FOUND)?;
+            let m = current.ok_or(error::MEMBER_NOT_FOUND)?;
             let urls = ctx.peer_urls.unwrap_or_default();
             let used = urls_in_use(members, id);
             if urls.iter().any(|u| used.contains(u.as_str())) {
-                return Err(errors::PEER_URL_EXIST);
+                return Err(error::PEER_URL_EXIST);
             }
             let _ = ctx.id;
             Ok(MemberChange::Put(Member {
@@ -111,7 +111,7 @@ pub fn validate(
                 ..m.clone()
             }))
         }
-        Err(_) => Err(errors::MEMBER_BAD_URLS),
+        Err(_) => Err(error::MEMBER_BAD_URLS),
     }
 }
 
@@ -200,11 +200,11 @@ mod tests {
         );
         assert_eq!(
             validate(&ms, &none, &add(1, "http://c")).err(),
-            Some(errors::MEMBER_EXIST)
+            Some(error::MEMBER_EXIST)
         );
         assert_eq!(
             validate(&ms, &none, &add(3, "http://b")).err(),
-            Some(errors::PEER_URL_EXIST)
+            Some(error::PEER_URL_EXIST)
         );
         let learner = cc(
             ConfChangeType::ConfChangeAddLearnerNode,
@@ -213,7 +213,7 @@ mod tests {
         );
         assert_eq!(
             validate(&ms, &none, &learner).err(),
-            Some(errors::TOO_MANY_LEARNERS)
+            Some(error::TOO_MANY_LEARNERS)
         );
         let promote = |id| cc(ConfChangeType::ConfChangeAddNode, id, &promote_context(id));
         assert!(
@@ -221,11 +221,11 @@ mod tests {
         );
         assert_eq!(
             validate(&ms, &none, &promote(1)).err(),
-            Some(errors::MEMBER_NOT_LEARNER)
+            Some(error::MEMBER_NOT_LEARNER)
         );
         assert_eq!(
             validate(&ms, &none, &promote(9)).err(),
-            Some(errors::MEMBER_NOT_FOUND)
+            Some(error::MEMBER_NOT_FOUND)
         );
         let remove = |id| cc(ConfChangeType::ConfChangeRemoveNode, id, b"");
         assert!(matches!(
@@ -234,12 +234,12 @@ mod tests {
         ));
         assert_eq!(
             validate(&ms, &none, &remove(9)).err(),
-            Some(errors::MEMBER_NOT_FOUND)
+            Some(error::MEMBER_NOT_FOUND)
         );
         let removed: BTreeSet<u64> = [3].into();
         assert_eq!(
             validate(&ms, &removed, &add(3, "http://z")).err(),
-            Some(errors::MEMBER_NOT_FOUND)
+            Some(error::MEMBER_NOT_FOUND)
         );
         let update = |id, url: &str| {
             cc(
@@ -253,7 +253,7 @@ mod tests {
         );
         assert_eq!(
             validate(&ms, &none, &update(1, "http://b")).err(),
-            Some(errors::PEER_URL_EXIST)
+            Some(error::PEER_URL_EXIST)
         );
     }
 

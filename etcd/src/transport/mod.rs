@@ -4,6 +4,7 @@
 // Each peer has a bounded queue drained by one task that keeps a long-lived stream open to it;
 // a full queue drops the message (raft retries) and tells raft the peer is unreachable.
 
+pub mod forward;
 pub mod peer_tls;
 pub mod sender;
 pub mod service;

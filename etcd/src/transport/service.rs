@@ -19,6 +19,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::{CLUSTER_ID_HEADER, FROM_HEADER, REMOVED_MESSAGE};
+use crate::api::errors::ToStatus;
 use crate::membership::id_hex;
 use crate::server::EtcdServer;
 

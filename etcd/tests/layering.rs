@@ -1,0 +1,43 @@
+// The server's layering rule, checked on the source: the modules below the API (server,
+// apply, mvcc, lease, auth, membership) never use the API layer or gRPC's types.
+
+use std::path::Path;
+
+fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("read source dir") {
+        let p = entry.expect("dir entry").path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|e| e == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+#[test]
+fn modules_below_the_api_use_neither_the_api_nor_tonic() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut offences = Vec::new();
+    for module in ["server", "apply", "mvcc", "lease", "auth", "membership"] {
+        let mut files = Vec::new();
+        rust_files(&src.join(module), &mut files);
+        assert!(!files.is_empty(), "no sources under src/{module}");
+        for f in files {
+            let text = std::fs::read_to_string(&f).expect("read source");
+            for (n, line) in text.lines().enumerate() {
+                let code = line.split("//").next().unwrap_or("");
+                if code.contains("tonic::")
+                    || code.contains("crate::api")
+                    || code.contains("super::api")
+                {
+                    offences.push(format!("{}:{}: {}", f.display(), n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(
+        offences.is_empty(),
+        "layering broken:\n{}",
+        offences.join("\n")
+    );
+}

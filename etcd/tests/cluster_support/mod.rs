@@ -394,6 +394,12 @@ pub struct Writer {
 
 impl Writer {
     pub fn start(endpoints: Vec<String>, prefix: &str) -> Writer {
+        Writer::start_many(endpoints, prefix, 1)
+    }
+
+    /// `clients` writers at once (client c writes `prefix<c>-<n>`), each starting at another
+    /// endpoint.
+    pub fn start_many(endpoints: Vec<String>, prefix: &str, clients: usize) -> Writer {
         let stop = Arc::new(AtomicBool::new(false));
         let acked: Arc<Mutex<Vec<String>>> = Arc::default();
         let (s, a, prefix) = (stop.clone(), acked.clone(), prefix.to_string());
@@ -403,40 +409,18 @@ impl Writer {
                 .build()
                 .expect("writer runtime");
             rt.block_on(async move {
-                use proto::etcdserverpb::{PutRequest, kv_client::KvClient};
-                let mut n = 0u64;
-                let mut clients: Vec<Option<KvClient<tonic::transport::Channel>>> =
-                    vec![None; endpoints.len()];
-                while !s.load(Ordering::SeqCst) {
-                    let i = (n as usize) % endpoints.len();
-                    n += 1;
-                    if clients[i].is_none() {
-                        let ep = tonic::transport::Endpoint::from_shared(endpoints[i].clone())
-                            .expect("endpoint")
-                            .connect_timeout(Duration::from_millis(500))
-                            .timeout(Duration::from_secs(3));
-                        clients[i] = ep.connect().await.ok().map(KvClient::new);
-                    }
-                    let Some(c) = clients[i].as_mut() else {
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                        continue;
+                let mut tasks = Vec::new();
+                for c in 0..clients {
+                    let (s, a, endpoints) = (s.clone(), a.clone(), endpoints.clone());
+                    let prefix = if clients == 1 {
+                        prefix.clone()
+                    } else {
+                        format!("{prefix}{c:02}-")
                     };
-                    let key = format!("{prefix}{n:08}");
-                    let req = PutRequest {
-                        key: key.clone().into_bytes(),
-                        value: b"v".to_vec(),
-                        ..Default::default()
-                    };
-                    match c.put(req).await {
-                        Ok(_) => a.lock().unwrap_or_else(|e| e.into_inner()).push(key),
-                        Err(st)
-                            if st.code() == tonic::Code::Unavailable
-                                && st.message().contains("transport") =>
-                        {
-                            clients[i] = None
-                        }
-                        Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-                    }
+                    tasks.push(tokio::spawn(write_loop(s, a, endpoints, prefix, c)));
+                }
+                for t in tasks {
+                    let _ = t.await;
                 }
             });
         });
@@ -458,6 +442,50 @@ impl Writer {
             let _ = h.join();
         }
         std::mem::take(&mut *self.acked.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// One writer: puts `prefix<n>` round robin over `endpoints` (from endpoint `first`) until
+/// `stop`, recording each acknowledged key.
+async fn write_loop(
+    stop: Arc<AtomicBool>,
+    acked: Arc<Mutex<Vec<String>>>,
+    endpoints: Vec<String>,
+    prefix: String,
+    first: usize,
+) {
+    use proto::etcdserverpb::{PutRequest, kv_client::KvClient};
+    let mut n = 0u64;
+    let mut clients: Vec<Option<KvClient<tonic::transport::Channel>>> = vec![None; endpoints.len()];
+    while !stop.load(Ordering::SeqCst) {
+        let i = (n as usize + first) % endpoints.len();
+        n += 1;
+        if clients[i].is_none() {
+            let ep = tonic::transport::Endpoint::from_shared(endpoints[i].clone())
+                .expect("endpoint")
+                .connect_timeout(Duration::from_millis(500))
+                .timeout(Duration::from_secs(3));
+            clients[i] = ep.connect().await.ok().map(KvClient::new);
+        }
+        let Some(c) = clients[i].as_mut() else {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        };
+        let key = format!("{prefix}{n:08}");
+        let req = PutRequest {
+            key: key.clone().into_bytes(),
+            value: b"v".to_vec(),
+            ..Default::default()
+        };
+        match c.put(req).await {
+            Ok(_) => acked.lock().unwrap_or_else(|e| e.into_inner()).push(key),
+            Err(st)
+                if st.code() == tonic::Code::Unavailable && st.message().contains("transport") =>
+            {
+                clients[i] = None
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
     }
 }
 

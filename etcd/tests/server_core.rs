@@ -1,0 +1,201 @@
+// The server core under stress, on 3-member clusters of our binary: a compaction of a million
+// revisions while 64 clients write, and kill -9 of the leader again and again while it sends
+// its appends in parallel with its own fsync. No acknowledged write may be lost.
+
+#[path = "../../common/tests/support/mod.rs"]
+mod support;
+
+#[path = "cluster_support/mod.rs"]
+mod cluster_support;
+
+use std::time::{Duration, Instant};
+
+use cluster_support::{Cluster, Writer, assert_all_present};
+use proto::etcdserverpb::{
+    CompactionRequest, PutRequest, RangeRequest, RequestOp, TxnRequest, kv_client::KvClient,
+    request_op,
+};
+
+const OURS: &str = env!("CARGO_BIN_EXE_etcd");
+const FAST: &[&str] = &["--heartbeat-interval", "50", "--election-timeout", "500"];
+
+fn tmp() -> tempfile::TempDir {
+    tempfile::tempdir().expect("temp dir")
+}
+
+/// A counter from a member's /metrics.
+fn metric(client_url: &str, name: &str) -> f64 {
+    use std::io::{Read, Write};
+    let host = client_url.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(host).expect("metrics connection");
+    let req = format!("GET /metrics HTTP/1.0\r\nHost: {host}\r\n\r\n");
+    s.write_all(req.as_bytes()).expect("metrics request");
+    let mut body = String::new();
+    s.read_to_string(&mut body).expect("metrics answer");
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in the metrics of {client_url}"))
+}
+
+fn leader_changes(c: &Cluster) -> Vec<f64> {
+    c.nodes
+        .iter()
+        .map(|m| metric(&m.client_url, "etcd_server_leader_changes_seen_total"))
+        .collect()
+}
+
+#[test]
+fn compacting_a_million_revisions_under_writes_costs_no_leader() {
+    const KEYS: usize = 1000;
+    const REVISIONS: usize = 1_000_000;
+    let dir = tmp();
+    let mut flags = FAST.to_vec();
+    flags.extend(["--max-txn-ops", "1000"]);
+    let c = Cluster::start(OURS, dir.path(), 3, false, &flags);
+    let leader = c.leader(Duration::from_secs(10));
+    let url = c.nodes[leader].client_url.clone();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    // A million revisions of history on 1000 keys: 1000 txns that each put every key once.
+    let rev = rt.block_on(async {
+        let mut loaders = Vec::new();
+        for l in 0..8 {
+            let url = url.clone();
+            loaders.push(tokio::spawn(async move {
+                let mut kv = KvClient::connect(url).await.expect("connect");
+                for _ in (l..REVISIONS / KEYS).step_by(8) {
+                    let ops = (0..KEYS)
+                        .map(|k| RequestOp {
+                            request: Some(request_op::Request::RequestPut(PutRequest {
+                                key: format!("h/{k:04}").into_bytes(),
+                                value: vec![b'v'; 16],
+                                ..Default::default()
+                            })),
+                        })
+                        .collect();
+                    kv.txn(TxnRequest {
+                        success: ops,
+                        ..Default::default()
+                    })
+                    .await
+                    .expect("history txn");
+                }
+            }));
+        }
+        for l in loaders {
+            l.await.expect("loader");
+        }
+        let mut kv = KvClient::connect(url.clone()).await.expect("connect");
+        kv.range(RangeRequest {
+            key: b"h/0000".to_vec(),
+            ..Default::default()
+        })
+        .await
+        .expect("range")
+        .into_inner()
+        .header
+        .expect("header")
+        .revision
+    });
+    let changes_before = leader_changes(&c);
+    let writer = Writer::start_many(
+        c.nodes.iter().map(|m| m.client_url.clone()).collect(),
+        "w/",
+        64,
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let started = Instant::now();
+    rt.block_on(async {
+        let mut kv = KvClient::connect(url.clone()).await.expect("connect");
+        // physical: the answer comes once the old revisions are deleted.
+        kv.compact(CompactionRequest {
+            revision: rev,
+            physical: true,
+        })
+        .await
+        .expect("compact");
+    });
+    eprintln!("compacted {REVISIONS} revisions in {:?}", started.elapsed());
+    let during = writer.acked_count();
+    std::thread::sleep(Duration::from_millis(500));
+    let acked = writer.finish();
+    assert!(acked.len() > during, "writes stopped after the compaction");
+    assert_eq!(
+        leader_changes(&c),
+        changes_before,
+        "the compaction cost a leader election"
+    );
+    assert_eq!(c.leader(Duration::from_secs(5)), leader);
+    for m in &c.nodes {
+        assert_all_present(m, "w/", &acked);
+    }
+    // Every key's last value survived the compaction, on every member.
+    for m in &c.nodes {
+        let count = rt.block_on(async {
+            let mut kv = KvClient::connect(m.client_url.clone())
+                .await
+                .expect("connect");
+            kv.range(RangeRequest {
+                key: b"h/".to_vec(),
+                range_end: b"h0".to_vec(),
+                serializable: true,
+                count_only: true,
+                ..Default::default()
+            })
+            .await
+            .expect("range")
+            .into_inner()
+            .count
+        });
+        assert_eq!(count, KEYS as i64, "keys on {}", m.name);
+    }
+}
+
+/// A small seeded generator for the kill schedule (the seed is printed, so a run repeats).
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+#[test]
+fn killing_the_leader_mid_append_loses_no_acknowledged_write() {
+    let seed = std::env::var("KILL_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5eed_u64 ^ std::process::id() as u64);
+    let rounds: usize = std::env::var("KILL_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(50);
+    eprintln!("kill schedule seed {seed} (KILL_SEED={seed} repeats it), {rounds} rounds");
+    let mut rng = Rng(seed | 1);
+    let dir = tmp();
+    let mut c = Cluster::start(OURS, dir.path(), 3, false, FAST);
+    // 16 clients keep the leader appending, and fsyncing, all the time.
+    let writer = Writer::start_many(
+        c.nodes.iter().map(|m| m.client_url.clone()).collect(),
+        "k/",
+        16,
+    );
+    for round in 0..rounds {
+        let leader = c.leader(Duration::from_secs(15));
+        // Somewhere in the middle of the leader's stream of appends and fsyncs.
+        std::thread::sleep(Duration::from_millis(20 + rng.below(200)));
+        c.nodes[leader].kill9();
+        let next = c.leader(Duration::from_secs(15));
+        assert_ne!(next, leader, "round {round}: the killed member still leads");
+        c.nodes[leader].spawn(OURS);
+        c.nodes[leader].wait_healthy(Duration::from_secs(30));
+    }
+    let acked = writer.finish();
+    assert!(acked.len() > rounds, "too few writes: {}", acked.len());
+    for m in &c.nodes {
+        assert_all_present(m, "k/", &acked);
+    }
+}

@@ -699,7 +699,7 @@ pub(crate) fn commit(mut tx: WriteTx<'_>) -> Result<()> {
     let new_meta = match result {
         Ok(m) => m,
         Err(e) => {
-            w.freelist.rollback(txid, &allocated);
+            w.freelist.rollback(txid, &allocated, tx.meta.pgid);
             return Err(e);
         }
     };
@@ -719,7 +719,7 @@ pub(crate) fn commit(mut tx: WriteTx<'_>) -> Result<()> {
         sync(w, opts, path)
     })();
     if let Err(e) = data {
-        w.freelist.rollback(txid, &allocated);
+        w.freelist.rollback(txid, &allocated, tx.meta.pgid);
         return Err(e);
     }
     let meta_page = new_meta.encode(txid % 2);

@@ -107,6 +107,15 @@ fn etcd_shaped_load_stays_as_small_as_its_data() {
         st.page_count
     );
     assert_eq!(file_len(&db), st.page_count * PS);
+
+    // Defrag packs the key bucket as full as appends do.
+    db.defrag().unwrap();
+    db.check().unwrap();
+    let st = db.stats().unwrap();
+    let kb = st.buckets.iter().find(|b| b.name == buckets::KEY).unwrap();
+    let fill = kb.leaf_bytes as f64 / ((kb.leaf_pages + kb.overflow_pages) * PS) as f64;
+    assert!(fill > 0.95, "key bucket leaf fill after defrag {fill:.3}");
+    assert_eq!(file_len(&db), st.page_count * PS);
 }
 
 #[test]

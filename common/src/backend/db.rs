@@ -743,11 +743,11 @@ pub(crate) fn commit(mut tx: WriteTx<'_>) -> Result<()> {
         needed > v.map.len() as u64
     };
     let new_map = if remap {
-        Some(Arc::new(map_file(&w.file, path, map_reserve(needed)).inspect_err(
-            |e| {
+        Some(Arc::new(
+            map_file(&w.file, path, map_reserve(needed)).inspect_err(|e| {
                 w.poisoned = Some(e.to_string());
-            },
-        )?))
+            })?,
+        ))
     } else {
         None
     };

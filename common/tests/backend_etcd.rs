@@ -205,7 +205,8 @@ fn our_db_restores_and_serves_in_real_etcd() {
             value: format!("value-{i}-{}", "v".repeat((i % 300) as usize)).into_bytes(),
             lease: 0,
         };
-        tx.put(buckets::KEY, &rev_key(rev, 0), &kv.encode_to_vec())
+        // As the server writes revisions: into full pages (put_seq), which etcd must read.
+        tx.put_seq(buckets::KEY, &rev_key(rev, 0), &kv.encode_to_vec())
             .unwrap();
     }
     tx.put(buckets::META, b"consistent_index", &0u64.to_be_bytes())

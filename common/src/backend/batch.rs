@@ -47,7 +47,7 @@ type BucketWrites = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
 #[derive(Default)]
 struct Buffer {
     created: Vec<Vec<u8>>,
-    /// Buckets written with put_seq (split 90% full at commit).
+    /// Buckets written with put_seq (split full at commit, `tx::SEQ_FILL`).
     seq: BTreeSet<Vec<u8>>,
     keys: BTreeMap<Vec<u8>, BucketWrites>,
     ops: usize,
@@ -257,7 +257,7 @@ impl Batch {
     }
 
     /// etcd's UnsafeSeqPut: a put of keys in increasing order (revisions); the bucket's pages
-    /// are split 90% full at commit.
+    /// are split full at commit.
     pub fn put_seq(&self, bucket: &[u8], key: &[u8], value: &[u8]) -> Result<()> {
         {
             let mut b = write(&self.inner.bufs);
@@ -546,7 +546,7 @@ impl BatchWrite<'_> {
     }
 
     /// etcd's UnsafeSeqPut inside a group: keys in increasing order (revisions); the bucket's
-    /// pages are split 90% full at commit.
+    /// pages are split full at commit.
     pub fn put_seq(&mut self, bucket: &[u8], key: &[u8], value: &[u8]) {
         if !self.local().seq.contains(bucket) {
             self.local().seq.insert(bucket.to_vec());

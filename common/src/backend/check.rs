@@ -18,6 +18,8 @@ pub struct Stats {
     /// Pages free for reuse (including those waiting for old readers), as of the latest
     /// commit's freelist.
     pub free_pages: u64,
+    /// Pages the persisted freelist takes (0 when the file does not persist it, as etcd's).
+    pub freelist_pages: u64,
     /// Depth of the root tree (the tree of bucket names).
     pub root_depth: usize,
     pub buckets: Vec<BucketStats>,
@@ -33,6 +35,10 @@ pub struct BucketStats {
     pub branch_pages: u64,
     pub leaf_pages: u64,
     pub overflow_pages: u64,
+    /// Bytes in use on this bucket's leaf / branch pages (headers, elements, keys, values):
+    /// against the pages' size, how full the bucket's pages are.
+    pub leaf_bytes: u64,
+    pub branch_bytes: u64,
     pub inline: bool,
 }
 
@@ -80,10 +86,19 @@ impl Walk<'_> {
             ChildRef::Mem(_) => return Err(corrupt(0, "check of an uncommitted tree")),
         };
         st.depth = st.depth.max(depth + 1);
+        let on_page = matches!(root, ChildRef::Page(_));
         if p.leaf {
-            st.leaf_pages += u64::from(matches!(root, ChildRef::Page(_)));
+            st.leaf_pages += u64::from(on_page);
         } else {
             st.branch_pages += 1;
+        }
+        if on_page {
+            let used = p.used_bytes()? as u64;
+            if p.leaf {
+                st.leaf_bytes += used;
+            } else {
+                st.branch_bytes += used;
+            }
         }
         let mut prev: Option<&[u8]> = None;
         for i in 0..p.count {
@@ -211,16 +226,19 @@ impl Db {
         let tx = self.begin_read();
         let (w, root) = walk(&tx)?;
         let meta = tx.meta;
-        let free_pages = if meta.freelist != PGID_NO_FREELIST {
-            let bytes = page_bytes(&tx.map, meta.page_size as usize, meta.pgid, meta.freelist)?;
-            freelist::decode(meta.freelist, bytes, meta.pgid)?.len() as u64
+        let (free_pages, freelist_pages) = if meta.freelist != PGID_NO_FREELIST {
+            let ps = meta.page_size as usize;
+            let bytes = page_bytes(&tx.map, ps, meta.pgid, meta.freelist)?;
+            let ids = freelist::decode(meta.freelist, bytes, meta.pgid)?;
+            (ids.len() as u64, (bytes.len() / ps) as u64)
         } else {
-            w.used.iter().filter(|u| !**u).count() as u64
+            (w.used.iter().filter(|u| !**u).count() as u64, 0)
         };
         Ok(Stats {
             page_size: meta.page_size,
             page_count: meta.pgid,
             free_pages,
+            freelist_pages,
             root_depth: root.depth,
             buckets: w.buckets,
         })

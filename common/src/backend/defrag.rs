@@ -6,9 +6,10 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
+use super::buckets;
 use super::db::{Db, Options, Writer};
 use super::error::{Error, Result, io};
-use super::tx::{ReadTx, ReadTxn};
+use super::tx::{ReadTx, ReadTxn, SEQ_FILL};
 
 /// fsyncs a directory so a rename or create inside it survives a crash.
 pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
@@ -27,7 +28,7 @@ const DEFRAG_BATCH: usize = 10_000;
 
 impl Db {
     /// Rewrites the db into a fresh compact file (every bucket copied in key order, pages 90%
-    /// full as etcd does), fsyncs it, renames it over the db and fsyncs the directory. The
+    /// full as etcd does, etcd's append-only `key` bucket full), fsyncs it, renames it over the db and fsyncs the directory. The
     /// handle (and its clones) keep working on the new file; open readers keep reading the
     /// old image until they finish. Writers wait during the copy.
     pub fn defrag(&self) -> Result<()> {
@@ -151,10 +152,14 @@ impl Db {
 
 fn copy_all(src: &ReadTx, dst: &Db) -> Result<()> {
     for name in src.bucket_names()? {
+        // etcd's revisions only ever grow at the end, so their bucket is copied into full
+        // pages (as put_seq leaves them); other buckets get inserts anywhere and keep etcd's
+        // 10% room per page.
+        let fill = if name == buckets::KEY { SEQ_FILL } else { 0.9 };
         let mut c = src.cursor(&name)?;
         let mut e = c.first()?;
         let mut wtx = dst.begin_write()?;
-        wtx.set_fill_percent(0.9);
+        wtx.set_fill_percent(fill);
         wtx.create_bucket(&name)?;
         wtx.set_sequence(&name, src.sequence(&name)?.unwrap_or(0))?;
         let mut n = 0;
@@ -164,7 +169,7 @@ fn copy_all(src: &ReadTx, dst: &Db) -> Result<()> {
             if n % DEFRAG_BATCH == 0 {
                 wtx.commit()?;
                 wtx = dst.begin_write()?;
-                wtx.set_fill_percent(0.9);
+                wtx.set_fill_percent(fill);
             }
             e = c.next()?;
         }

@@ -67,11 +67,14 @@ impl Freelist {
         Some(start)
     }
 
-    /// Undoes a failed commit: its allocations go back, its frees are forgotten.
-    pub fn rollback(&mut self, txid: u64, allocated: &[(u64, u64)]) {
+    /// Undoes a failed commit: its allocations from the freelist go back, its frees are
+    /// forgotten. Pages it took from above the high-water mark `hwm` do not become free: they
+    /// are outside the committed image (a freelist naming them would not open), and the next
+    /// commit takes them from the high-water mark again.
+    pub fn rollback(&mut self, txid: u64, allocated: &[(u64, u64)], hwm: u64) {
         self.pending.remove(&txid);
         for &(id, n) in allocated {
-            self.free.extend(id..id + n);
+            self.free.extend((id..id + n).filter(|&p| p < hwm));
         }
     }
 
@@ -157,6 +160,16 @@ mod tests {
         assert_eq!(f.allocate(1), None);
         f.release_up_to(5);
         assert_eq!(f.allocate(2), Some(10));
+    }
+
+    #[test]
+    fn rollback_returns_only_pages_below_the_high_water_mark() {
+        let mut f = Freelist::from_ids([3, 4]);
+        assert_eq!(f.allocate(2), Some(3));
+        f.free_run(7, 5, 1);
+        // The failed commit took 3..5 from the freelist and 10..12 from the high-water mark 10.
+        f.rollback(7, &[(3, 2), (10, 2)], 10);
+        assert_eq!(f.all_ids(), vec![3, 4]);
     }
 
     #[test]

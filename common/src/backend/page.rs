@@ -189,6 +189,21 @@ impl<'a> NodePage<'a> {
         Ok((key, u64_at(self.buf, e + 8)))
     }
 
+    /// Bytes the page's contents take: header, elements, keys and values (what a split
+    /// counts against the fill percent).
+    pub fn used_bytes(&self) -> Result<usize> {
+        let mut data = 0;
+        for i in 0..self.count {
+            data += if self.leaf {
+                let (_, k, v) = self.leaf_elem(i)?;
+                k.len() + v.len()
+            } else {
+                self.key(i)?.len()
+            };
+        }
+        Ok(node_size(self.count, data))
+    }
+
     /// First index whose key is >= `key` (leaf positioning).
     pub fn lower_bound(&self, key: &[u8]) -> Result<usize> {
         let (mut lo, mut hi) = (0, self.count);

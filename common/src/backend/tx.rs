@@ -206,6 +206,13 @@ impl ReadTxn for ReadTx {
     }
 }
 
+/// How full `put_seq` leaves split pages. etcd asks bbolt for 0.9 on its key bucket, but the
+/// room it leaves is never used: keys only arrive after the last one, so no page but the
+/// last ever grows again (compaction only removes). Full pages hold one more etcd revision of
+/// a 256 B value per page (12, not 11): 8% fewer pages for the same keys. bbolt reads and
+/// extends such pages as any other (its own limit for the setting is 1.0).
+pub(crate) const SEQ_FILL: f64 = 1.0;
+
 /// A bucket this write txn changed; `root` None means deleted.
 pub(crate) struct WBucket {
     pub root: Option<Child>,
@@ -391,12 +398,12 @@ impl<'a> WriteTx<'a> {
     }
 
     /// A put of a key that sorts after every key of the bucket (etcd's UnsafeSeqPut, used for
-    /// revisions): this bucket's pages are split 90% full instead of half, so an append-only
-    /// bucket stays dense.
+    /// revisions): this bucket's pages are split full (`SEQ_FILL`) instead of half, so an
+    /// append-only bucket stays dense.
     pub fn put_seq(&mut self, bucket: &[u8], key: &[u8], value: &[u8]) -> Result<()> {
         self.put(bucket, key, value)?;
         if let Some(b) = self.buckets.get_mut(bucket) {
-            b.fill = Some(0.9);
+            b.fill = Some(SEQ_FILL);
         }
         Ok(())
     }

@@ -844,7 +844,7 @@ async fn end_of_run(t: &Target) -> Measured {
         per_rev(t.db_bytes()),
         "",
     );
-    // The file grows in steps; the pages in use are what the data takes.
+    // The file also holds free pages; the pages in use are what the data takes.
     let in_use = t.metric_max("etcd_mvcc_db_total_size_in_use_in_bytes");
     m.row(
         "db bytes in use per revision (end of run)",

@@ -18,9 +18,7 @@ use tokio_stream::{Stream, wrappers::ReceiverStream};
 use tonic::{Request, Response, Status};
 
 use super::auth::{check_recipe, identity};
-use super::errors;
-use super::lock::{create_once, prefix_end, wait_oldest};
-use crate::apply::kv::LeaseLookup;
+use super::lock::{create_once, prefix_end, session_lease, wait_oldest};
 use crate::auth::AuthInfo;
 use crate::mvcc::KeyRange;
 use crate::server::EtcdServer;
@@ -91,11 +89,11 @@ impl Election for ElectionService {
         r: Request<CampaignRequest>,
     ) -> Result<Response<CampaignResponse>, Status> {
         let ai = identity(&self.server, &r)?;
-        let r = r.into_inner();
-        if !self.server.lessor().lease_exists(r.lease) {
-            return Err(errors::LEASE_NOT_FOUND.status());
-        }
+        let mut r = r.into_inner();
         let prefix = prefix_of(&r.name);
+        // Permissions first: a refused caller must not leave a session lease behind.
+        check_recipe(&self.server, &ai, &prefix, None)?;
+        r.lease = session_lease(&self.server, r.lease).await?;
         let mut key = prefix.clone();
         key.extend_from_slice(format!("{:x}", r.lease).as_bytes());
         check_recipe(&self.server, &ai, &prefix, Some(&key))?;

@@ -111,6 +111,9 @@ pub async fn run(ctx: &Ctx, cmd: &UserCmd) -> Result<()> {
             let (name, password) = match a.args[0].split_once(':') {
                 // Such a user logs in only by its client certificate's CN.
                 _ if a.no_password => (a.args[0].clone(), String::new()),
+                Some(("", _)) => {
+                    return Err(CtlError::bad_args("empty user name is not allowed"));
+                }
                 Some((n, p)) => (n.to_string(), p.to_string()),
                 None if !a.new_user_password.is_empty() => {
                     (a.args[0].clone(), a.new_user_password.clone())

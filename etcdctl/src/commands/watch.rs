@@ -3,6 +3,7 @@
 //! interactively (`-i`).
 
 use std::io::BufRead;
+use std::os::unix::ffi::OsStrExt;
 
 use clap::{Args, Parser};
 use proto::etcdserverpb::{WatchCreateRequest, WatchRequest, WatchResponse, watch_request};
@@ -33,7 +34,8 @@ pub struct WatchArgs {
     #[arg(long = "progress-notify", default_value = "false", num_args = 0..=1, default_missing_value = "true", require_equals = true, value_parser = go_bool)]
     pub progress_notify: bool,
     /// [key or prefix] [range_end]
-    pub args: Vec<String>,
+    #[arg(value_parser = clap::value_parser!(std::ffi::OsString))]
+    pub args: Vec<std::ffi::OsString>,
     /// [exec-command arg1 arg2 ...] after `--`
     #[arg(last = true)]
     pub exec: Vec<String>,

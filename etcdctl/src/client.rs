@@ -454,7 +454,15 @@ impl Client {
         &self,
         fut: impl Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
     ) -> Result<T> {
-        match tokio::time::timeout(self.command_timeout, fut).await {
+        // Go's context with a timeout of 0 has expired before the call starts.
+        let result = if self.command_timeout.is_zero() {
+            Err(())
+        } else {
+            tokio::time::timeout(self.command_timeout, fut)
+                .await
+                .map_err(drop)
+        };
+        match result {
             Ok(Ok(r)) => Ok(r.into_inner()),
             Ok(Err(s)) => {
                 warn_unary_failure(&self.target, s.code(), s.message());

@@ -213,10 +213,20 @@ async fn interactive(ctx: &Ctx) -> Result<()> {
                     None => return Err(CtlError::InvalidInput("Error reading watch request line: EOF".into())),
                 };
                 let words = super::txn::argify(&line)?;
-                let parsed = InteractiveLine::try_parse_from(&words);
-                let Ok(InteractiveLine::Watch(wa)) = parsed else {
+                if words.first().map(String::as_str) != Some("watch") {
                     eprintln!("Invalid command {line} (only support watch)");
                     continue;
+                }
+                if words.len() < 2 {
+                    eprintln!("Invalid command {line} (command type or key is not provided)");
+                    continue;
+                }
+                let wa = match InteractiveLine::try_parse_from(&words) {
+                    Ok(InteractiveLine::Watch(wa)) => wa,
+                    Err(e) => {
+                        eprintln!("Invalid command {line} ({})", e.kind());
+                        continue;
+                    }
                 };
                 let req = match create_request(&wa) {
                     Ok(r) => r,

@@ -1,0 +1,339 @@
+//! Our etcdctl and the Go etcdctl 3.4 on a terminal: each session runs both on a pty with the
+//! same command line and the same typed keys, each against its twin server, and the screens
+//! (stdout and stderr as a person sees them, IDs, times and client UUIDs masked) must be equal.
+
+#[path = "../../common/tests/support/mod.rs"]
+mod support;
+
+mod harness;
+mod pty;
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+use std::time::Duration;
+
+use harness::{Client, OURS, Server, Twin, mask_client_noise};
+use pty::{Term, screen};
+
+/// Go's etcdctl turns echo off by running `stty` after it prints a password prompt: keys
+/// typed sooner would be echoed, so a person (and this test) waits a moment.
+const ECHO_OFF_MS: u64 = 300;
+
+/// One thing done during a session.
+#[derive(Clone, Copy, Debug)]
+enum Act {
+    /// Wait (up to 10s) until the screen shows this text.
+    Wait(&'static str),
+    /// Type these keys.
+    Type(&'static str),
+    /// Let the program work for this many milliseconds.
+    Sleep(u64),
+    /// Another client puts key=value on the session's server.
+    Put(&'static str, &'static str),
+}
+
+use Act::*;
+
+/// A command line (`\xNN` in an argument is that byte) and what is done while it runs; a
+/// program still running `end_ms` after the last act gets Ctrl-C.
+struct Session {
+    args: &'static [&'static str],
+    acts: &'static [Act],
+    end_ms: u64,
+}
+
+const fn run(args: &'static [&'static str]) -> Session {
+    Session {
+        args,
+        acts: &[],
+        end_ms: 15_000,
+    }
+}
+
+const fn typed(args: &'static [&'static str], acts: &'static [Act]) -> Session {
+    Session {
+        args,
+        acts,
+        end_ms: 15_000,
+    }
+}
+
+/// A session that never ends by itself (watch, elect): Ctrl-C after the acts and `ms`.
+const fn until_ctrl_c(args: &'static [&'static str], acts: &'static [Act], ms: u64) -> Session {
+    Session {
+        args,
+        acts,
+        end_ms: ms,
+    }
+}
+
+/// An argument with `\xNN` escapes turned into bytes (arguments are bytes, not UTF-8).
+fn arg_bytes(a: &str) -> OsString {
+    let mut out = Vec::new();
+    let b = a.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && b.get(i + 1) == Some(&b'x')
+            && let Some(v) = a
+                .get(i + 2..i + 4)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+        {
+            out.push(v);
+            i += 4;
+            continue;
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    OsString::from_vec(out)
+}
+
+/// Runs one session with one client on its server; (exit code, normalised screen).
+fn play(client: Client, server: &Server, s: &Session) -> (Option<i32>, String) {
+    let bin = match client {
+        Client::Go => "etcdctl",
+        Client::Ours => OURS,
+    };
+    let mut args = vec![OsString::from(format!("--endpoints={}", server.url()))];
+    args.extend(s.args.iter().map(|a| arg_bytes(a)));
+    let mut t = Term::spawn(bin, &args, &[("ETCDCTL_API", "3")]);
+    for act in s.acts {
+        match *act {
+            Wait(text) => {
+                t.wait_for(text, Duration::from_secs(10));
+            }
+            Type(keys) => t.type_text(keys),
+            Sleep(ms) => std::thread::sleep(Duration::from_millis(ms)),
+            Put(k, v) => {
+                let out = server.etcd.etcdctl(&["put", k, v]);
+                assert!(out.status.success(), "put {k} on the side failed");
+            }
+        }
+    }
+    let (status, raw) = t.finish(Duration::from_millis(s.end_ms));
+    let text = mask_client_noise(&screen(&raw));
+    // clientv3 names its target host:port, without the scheme.
+    let addr = server.url().trim_start_matches("http://");
+    let text = text.replace(addr, "<CLIENT_ADDR>");
+    (status.code(), server.normalise(&text))
+}
+
+/// Plays every session with both clients and returns the differences.
+fn compare(twin: &Twin, sessions: &[Session]) -> Vec<String> {
+    let mut failures = Vec::new();
+    for s in sessions {
+        let go = play(Client::Go, &twin.go, s);
+        let ours = play(Client::Ours, &twin.ours, s);
+        if go != ours {
+            failures.push(format!(
+                "session {:?} {:?}:\n--- go (exit {:?}):\n{}\n--- ours (exit {:?}):\n{}",
+                s.args, s.acts, go.0, go.1, ours.0, ours.1
+            ));
+        }
+    }
+    failures
+}
+
+fn assert_same(failures: Vec<String>) {
+    assert!(
+        failures.is_empty(),
+        "{} sessions differ:\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+}
+
+/// Password prompts of `user add` and `user passwd` on a terminal, and their errors.
+#[test]
+fn password_prompts_match() {
+    let twin = Twin::start();
+    assert_same(compare(
+        &twin,
+        &[
+            typed(
+                &["user", "add", "u1"],
+                &[
+                    Wait("Password of u1: "),
+                    Sleep(ECHO_OFF_MS),
+                    Type("pw1\n"),
+                    Wait("confirmation: "),
+                    Sleep(ECHO_OFF_MS),
+                    Type("pw1\n"),
+                ],
+            ),
+            typed(
+                &["user", "add", "u2"],
+                &[
+                    Wait("Password of u2: "),
+                    Sleep(ECHO_OFF_MS),
+                    Type("pw1\n"),
+                    Wait("confirmation: "),
+                    Sleep(ECHO_OFF_MS),
+                    Type("other\n"),
+                ],
+            ),
+            typed(
+                &["user", "add", "u3"],
+                &[Wait("Password of u3: "), Sleep(ECHO_OFF_MS), Type("\n")],
+            ),
+            run(&["user", "add", ":pw"]),
+            run(&["user", "add", "u4:pw4"]),
+            typed(
+                &["user", "passwd", "u1"],
+                &[
+                    Wait("Password of u1: "),
+                    Sleep(ECHO_OFF_MS),
+                    Type("pw2\n"),
+                    Wait("confirmation: "),
+                    Sleep(ECHO_OFF_MS),
+                    Type("pw2\n"),
+                ],
+            ),
+            typed(
+                &["user", "passwd", "nobody"],
+                &[
+                    Wait("Password of nobody: "),
+                    Sleep(ECHO_OFF_MS),
+                    Type("pw2\n"),
+                    Wait("confirmation: "),
+                    Sleep(ECHO_OFF_MS),
+                    Type("pw2\n"),
+                ],
+            ),
+            run(&["user", "list"]),
+        ],
+    ));
+}
+
+/// `txn -i` and `watch -i`: their prompts, answers and the errors of bad lines.
+#[test]
+fn interactive_modes_match() {
+    let twin = Twin::start();
+    assert_same(compare(
+        &twin,
+        &[
+            run(&["put", "a", "1"]),
+            typed(
+                &["txn", "-i"],
+                &[
+                    Wait("compares:"),
+                    Type("value(\"a\") = \"1\"\n\n"),
+                    Wait("success requests"),
+                    Type("put a 2\nget a\n\n"),
+                    Wait("failure requests"),
+                    Type("get a\n\n"),
+                ],
+            ),
+            typed(
+                &["txn", "-i"],
+                &[Wait("compares:"), Type("value(\"a\") = \n\n")],
+            ),
+            typed(
+                &["txn", "-i"],
+                &[
+                    Wait("compares:"),
+                    Type("\n"),
+                    Wait("success requests"),
+                    Type("bogus a\n\n"),
+                ],
+            ),
+            until_ctrl_c(
+                &["watch", "-i"],
+                &[
+                    Type("watch w1\n"),
+                    Sleep(500),
+                    Put("w1", "v1"),
+                    Sleep(500),
+                    Type("bogus\n"),
+                    Sleep(300),
+                    Type("watch\n"),
+                    Sleep(300),
+                    Type("watch w2 --rev=1\n"),
+                    Sleep(500),
+                ],
+                500,
+            ),
+        ],
+    ));
+}
+
+/// Command names by unique prefix (cobra's prefix matching), ambiguous prefixes, help topics.
+#[test]
+fn command_prefixes_match() {
+    let twin = Twin::start();
+    assert_same(compare(
+        &twin,
+        &[
+            run(&["mem", "li"]),
+            run(&["role", "ad", "r1"]),
+            run(&["ro", "gr", "r1", "read", "foo"]),
+            run(&["role", "g", "r1"]),
+            run(&["us", "li"]),
+            run(&["pu", "k", "v"]),
+            run(&["ge", "k"]),
+            // Ambiguous: cobra finds no command and suggests (ours has no `migrate`).
+            run(&["e"]),
+            run(&["co", "5"]),
+            run(&["help", "mem"]),
+            run(&["end", "he", "-w", "json"]),
+        ],
+    ));
+}
+
+/// Arguments are bytes; durations of 0; errors with clientv3's warning line before them.
+#[test]
+fn bytes_durations_and_errors_match() {
+    let twin = Twin::start();
+    assert_same(compare(
+        &twin,
+        &[
+            run(&["put", "k\\xff", "v\\xfe"]),
+            run(&["get", "k\\xff"]),
+            run(&["get", "k\\xff", "--hex"]),
+            run(&["get", "k\\xff", "-w", "json"]),
+            run(&["del", "k\\xff"]),
+            run(&["--dial-timeout=0", "put", "d", "0"]),
+            run(&["--command-timeout=0", "get", "d"]),
+            run(&["--keepalive-time=0", "get", "d"]),
+            run(&["get", "d", "--rev=100"]),
+            run(&["lease", "revoke", "5"]),
+            run(&["role", "get", "nope"]),
+            run(&["move-leader", "5"]),
+        ],
+    ));
+}
+
+/// watch, lock and elect with a command, and on a terminal until Ctrl-C.
+#[test]
+fn watch_lock_elect_on_a_terminal_match() {
+    let twin = Twin::start();
+    assert_same(compare(
+        &twin,
+        &[
+            until_ctrl_c(
+                &[
+                    "watch",
+                    "wk",
+                    "--",
+                    "sh",
+                    "-c",
+                    "echo got $ETCD_WATCH_EVENT_TYPE $ETCD_WATCH_KEY $ETCD_WATCH_VALUE",
+                ],
+                &[Sleep(700), Put("wk", "x1"), Wait("got"), Sleep(300)],
+                300,
+            ),
+            until_ctrl_c(
+                &["watch", "wk", "--prefix"],
+                &[Sleep(700), Put("wk2", "x2"), Wait("x2"), Sleep(300)],
+                300,
+            ),
+            run(&["lock", "l1", "echo", "locked"]),
+            run(&["lock", "l1", "sh", "-c", "exit 3"]),
+            until_ctrl_c(&["lock", "l2"], &[Wait("l2/"), Sleep(300)], 300),
+            until_ctrl_c(&["elect", "e1", "p1"], &[Wait("e1/"), Sleep(300)], 300),
+            run(&["get", "--prefix", "l"]),
+            run(&["get", "--prefix", "e"]),
+        ],
+    ));
+}

@@ -161,11 +161,19 @@ pub fn tls_config(g: &GlobalArgs) -> Result<Arc<rustls::ClientConfig>> {
         check_readable(ca)?;
         info.trusted_ca_file = ca.clone();
     }
-    let cfg =
-        etcd::tls::client_config(&info, g.insecure_skip_tls_verify).map_err(CtlError::other)?;
+    // As etcdctl 3.4: --insecure-skip-tls-verify applies only to a TLS setup the flags asked
+    // for; an https endpoint dialed without one verifies against the system's roots.
+    let skip = g.insecure_skip_tls_verify && tls_requested(g);
+    let cfg = etcd::tls::client_config(&info, skip).map_err(CtlError::other)?;
     let mut cfg = (*cfg).clone();
     cfg.alpn_protocols = vec![b"h2".to_vec()];
     Ok(Arc::new(cfg))
+}
+
+/// Whether the flags ask for TLS (etcdctl 3.4 builds a TLS setup then, used for endpoints
+/// without a scheme as well as for https ones).
+fn tls_requested(g: &GlobalArgs) -> bool {
+    g.cert.is_some() || g.key.is_some() || g.cacert.is_some() || !g.insecure_transport
 }
 
 /// How one endpoint is dialed: tonic's own connector for http, ours (TLS) for https.
@@ -193,6 +201,9 @@ fn endpoint_for(
 ) -> Result<Dial> {
     let mut url = endpoint_url(ep);
     let mut with_tls = None;
+    if !ep.contains("://") && tls_requested(g) {
+        url = format!("https://{ep}");
+    }
     if let Some(rest) = url.strip_prefix("https://") {
         if tls.is_none() {
             *tls = Some(tls_config(g)?);

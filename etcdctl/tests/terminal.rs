@@ -12,7 +12,7 @@ use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 use std::time::Duration;
 
-use harness::{Client, OURS, Server, Twin, mask_client_noise};
+use harness::{Client, OURS, Server, Twin, mask_client_noise, normalise_durations};
 use pty::{Term, screen};
 
 /// Go's etcdctl turns echo off by running `stty` after it prints a password prompt: keys
@@ -91,12 +91,32 @@ fn arg_bytes(a: &str) -> OsString {
 
 /// Runs one session with one client on its server; (exit code, normalised screen).
 fn play(client: Client, server: &Server, s: &Session) -> (Option<i32>, String) {
+    let put = |k: &str, v: &str| {
+        let out = server.etcd.etcdctl(&["put", k, v]);
+        assert!(out.status.success(), "put {k} on the side failed");
+    };
+    play_on(client, server.url(), s, &put, &|t| server.normalise(t))
+}
+
+/// Runs one session against `url`: `--endpoints=<url>` comes first unless the session names
+/// its endpoints itself, writing `{ADDR}` for the server's host:port.
+fn play_on(
+    client: Client,
+    url: &str,
+    s: &Session,
+    put: &dyn Fn(&str, &str),
+    normalise: &dyn Fn(&str) -> String,
+) -> (Option<i32>, String) {
     let bin = match client {
         Client::Go => "etcdctl",
         Client::Ours => OURS,
     };
-    let mut args = vec![OsString::from(format!("--endpoints={}", server.url()))];
-    args.extend(s.args.iter().map(|a| arg_bytes(a)));
+    let addr = url.split_once("://").map_or(url, |(_, a)| a);
+    let mut args = Vec::new();
+    if !s.args.iter().any(|a| a.starts_with("--endpoints")) {
+        args.push(OsString::from(format!("--endpoints={url}")));
+    }
+    args.extend(s.args.iter().map(|a| arg_bytes(&a.replace("{ADDR}", addr))));
     let mut t = Term::spawn(bin, &args, &[("ETCDCTL_API", "3")]);
     for act in s.acts {
         match *act {
@@ -105,18 +125,14 @@ fn play(client: Client, server: &Server, s: &Session) -> (Option<i32>, String) {
             }
             Type(keys) => t.type_text(keys),
             Sleep(ms) => std::thread::sleep(Duration::from_millis(ms)),
-            Put(k, v) => {
-                let out = server.etcd.etcdctl(&["put", k, v]);
-                assert!(out.status.success(), "put {k} on the side failed");
-            }
+            Put(k, v) => put(k, v),
         }
     }
     let (status, raw) = t.finish(Duration::from_millis(s.end_ms));
     let text = mask_client_noise(&screen(&raw));
     // clientv3 names its target host:port, without the scheme.
-    let addr = server.url().trim_start_matches("http://");
     let text = text.replace(addr, "<CLIENT_ADDR>");
-    (status.code(), server.normalise(&text))
+    (status.code(), normalise(&text))
 }
 
 /// Plays every session with both clients and returns the differences.
@@ -336,4 +352,142 @@ fn watch_lock_elect_on_a_terminal_match() {
             run(&["get", "--prefix", "e"]),
         ],
     ));
+}
+
+/// A single member on an https client URL with --auto-tls (a self-signed P-521 certificate
+/// from etcd 3.4, a P-256 one from ours); killed when dropped.
+struct AutoTls {
+    child: std::process::Child,
+    url: String,
+}
+
+/// The flags etcdctl 3.4 needs for TLS without a CA file.
+const SKIP_VERIFY: [&str; 2] = ["--insecure-transport=false", "--insecure-skip-tls-verify"];
+
+impl AutoTls {
+    fn start(bin: &str, dir: &std::path::Path) -> AutoTls {
+        let url = format!("https://127.0.0.1:{}", support::free_port());
+        let peer = format!("http://127.0.0.1:{}", support::free_port());
+        let log = std::fs::File::create(dir.with_extension("log")).expect("log file");
+        let child = std::process::Command::new(bin)
+            .args(["--name", "tls", "--auto-tls", "--data-dir"])
+            .arg(dir)
+            .args([
+                "--listen-client-urls",
+                &url,
+                "--advertise-client-urls",
+                &url,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer,
+                "--initial-advertise-peer-urls",
+                &peer,
+            ])
+            .arg(format!("--initial-cluster=tls={peer}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn the server");
+        let s = AutoTls { child, url };
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !s.etcdctl(&["endpoint", "health"]).status.success() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{bin} not healthy over TLS in 30s"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        s
+    }
+
+    /// The Go etcdctl over TLS, skipping verification.
+    fn etcdctl(&self, args: &[&str]) -> std::process::Output {
+        std::process::Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", self.url))
+            .args(SKIP_VERIFY)
+            .args(args)
+            .output()
+            .expect("run etcdctl")
+    }
+}
+
+impl Drop for AutoTls {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// TLS to a server started with --auto-tls: which flag combinations reach it, as etcdctl 3.4
+/// decides (skipping verification needs --insecure-transport=false; an endpoint without a
+/// scheme then uses TLS too).
+#[test]
+fn tls_to_an_auto_tls_server_matches() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let go = AutoTls::start("etcd", &dir.path().join("go"));
+    let ours_bin = std::env::var("TWIN_SERVER_BIN")
+        .ok()
+        .filter(|b| !b.is_empty())
+        .unwrap_or_else(|| "etcd".to_string());
+    let ours = AutoTls::start(&ours_bin, &dir.path().join("ours"));
+    let sessions = [
+        run(&[
+            "--endpoints=https://{ADDR}",
+            "--insecure-transport=false",
+            "--insecure-skip-tls-verify",
+            "put",
+            "a",
+            "1",
+        ]),
+        run(&[
+            "--endpoints={ADDR}",
+            "--insecure-transport=false",
+            "--insecure-skip-tls-verify",
+            "get",
+            "a",
+        ]),
+        run(&[
+            "--endpoints=https://{ADDR}",
+            "--insecure-skip-tls-verify",
+            "--command-timeout=2s",
+            "get",
+            "a",
+        ]),
+        run(&[
+            "--endpoints=https://{ADDR}",
+            "--insecure-transport=false",
+            "--command-timeout=2s",
+            "get",
+            "a",
+        ]),
+        run(&[
+            "--endpoints=https://{ADDR}",
+            "--insecure-transport=false",
+            "--insecure-skip-tls-verify",
+            "endpoint",
+            "health",
+        ]),
+    ];
+    let mut failures = Vec::new();
+    for s in &sessions {
+        let on = |client, server: &AutoTls| {
+            let put = |k: &str, v: &str| {
+                assert!(server.etcdctl(&["put", k, v]).status.success());
+            };
+            let url = server.url.clone();
+            play_on(client, &server.url, s, &put, &move |t| {
+                normalise_durations(&t.replace(&url, "<CLIENT_URL>"))
+            })
+        };
+        let (a, b) = (on(Client::Go, &go), on(Client::Ours, &ours));
+        if a != b {
+            failures.push(format!(
+                "session {:?}:\n--- go (exit {:?}):\n{}\n--- ours (exit {:?}):\n{}",
+                s.args, a.0, a.1, b.0, b.1
+            ));
+        }
+    }
+    assert_same(failures);
 }

@@ -78,8 +78,13 @@ async fn if_leader(
     }
 }
 
+// etcd's election server returns its recipe's plain errors, which gRPC sends as Unknown.
 fn not_leader() -> Status {
-    Status::failed_precondition("election: not leader")
+    Status::unknown("election: not leader")
+}
+
+fn missing_leader_key() -> Status {
+    Status::unknown("\"leader\" field must be provided")
 }
 
 #[tonic::async_trait]
@@ -129,7 +134,7 @@ impl Election for ElectionService {
     ) -> Result<Response<ProclaimResponse>, Status> {
         let ai = identity(&self.server, &r)?;
         let r = r.into_inner();
-        let leader = r.leader.ok_or_else(not_leader)?;
+        let leader = r.leader.ok_or_else(missing_leader_key)?;
         check_recipe(&self.server, &ai, b"", Some(&leader.key))?;
         let put = Op::RequestPut(PutRequest {
             key: leader.key.clone(),
@@ -154,7 +159,7 @@ impl Election for ElectionService {
                 header: self.server.header(self.server.kv().current_rev()),
                 kv: Some(kv),
             })),
-            None => Err(Status::failed_precondition("election: no leader")),
+            None => Err(Status::unknown("election: no leader")),
         }
     }
 
@@ -204,15 +209,14 @@ impl Election for ElectionService {
 
     async fn resign(&self, r: Request<ResignRequest>) -> Result<Response<ResignResponse>, Status> {
         let ai = identity(&self.server, &r)?;
-        if let Some(leader) = r.into_inner().leader {
-            check_recipe(&self.server, &ai, b"", Some(&leader.key))?;
-            let del = Op::RequestDeleteRange(DeleteRangeRequest {
-                key: leader.key.clone(),
-                ..Default::default()
-            });
-            // Resigning when no longer the leader is not an error (nothing to give up).
-            if_leader(&self.server, &ai, &leader, del).await?;
-        }
+        let leader = r.into_inner().leader.ok_or_else(missing_leader_key)?;
+        check_recipe(&self.server, &ai, b"", Some(&leader.key))?;
+        let del = Op::RequestDeleteRange(DeleteRangeRequest {
+            key: leader.key.clone(),
+            ..Default::default()
+        });
+        // Resigning when no longer the leader is not an error (nothing to give up).
+        if_leader(&self.server, &ai, &leader, del).await?;
         Ok(Response::new(ResignResponse {
             header: self.server.header(self.server.kv().current_rev()),
         }))

@@ -119,6 +119,22 @@ fn health_version_and_metrics() {
     let real = RealEtcd::start(&dir.path().join("real"), "real");
     let url = &ours.client_url;
 
+    // The line test-cluster tools wait for, once the client port serves (zap JSON, as etcd
+    // 3.4 with --logger=zap prints it).
+    let log = std::fs::read_to_string(dir.path().join("ours.log")).unwrap();
+    let ready = log
+        .lines()
+        .find(|l| l.contains("ready to serve client requests"))
+        .unwrap_or_else(|| panic!("no ready line in {log}"));
+    let ready: Value = serde_json::from_str(ready).unwrap();
+    assert_eq!(
+        (&ready["level"], &ready["msg"]),
+        (
+            &Value::from("info"),
+            &Value::from("ready to serve client requests")
+        )
+    );
+
     // /health: the same status, body and content type as etcd 3.4.
     for path in ["/health", "/health?serializable=true"] {
         let a = get(url, path);

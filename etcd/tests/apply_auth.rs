@@ -31,9 +31,7 @@ struct Node {
 impl Node {
     fn open(dir: &std::path::Path) -> Node {
         let db = Db::open(dir.join("db")).expect("open db");
-        let kv = Arc::new(
-            KvStore::open(Arc::new(Batch::new(db, BatchConfig::default()))).expect("store"),
-        );
+        let kv = KvStore::open(Arc::new(Batch::new(db, BatchConfig::default()))).expect("store");
         let tokens = TokenProvider::from_flag("simple", 300).expect("simple tokens");
         let auth = AuthStore::open(&kv, tokens, 4);
         let index = kv.consistent_index();

@@ -22,7 +22,7 @@ impl LeaseLookup for Leases {
     }
 }
 
-fn store(dir: &std::path::Path) -> KvStore {
+fn store(dir: &std::path::Path) -> Arc<KvStore> {
     let db = Db::open(dir.join("db")).unwrap();
     KvStore::open(Arc::new(Batch::new(db, BatchConfig::default()))).unwrap()
 }

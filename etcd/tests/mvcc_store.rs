@@ -11,7 +11,7 @@ use common::backend::{Batch, BatchConfig, Db};
 use etcd::mvcc::{KeyRange, KvStore, MvccError};
 use proto::mvccpb::event::EventType;
 
-fn open(path: &Path) -> KvStore {
+fn open(path: &Path) -> Arc<KvStore> {
     let db = Db::open(path).unwrap();
     KvStore::open(Arc::new(Batch::new(db, BatchConfig::default()))).unwrap()
 }
@@ -218,4 +218,162 @@ fn recent_events_in_memory_equal_the_backends() {
     s.compact(cur - 2).unwrap();
     assert!(s.events_cached(cur - 3, cur, 0).is_none());
     assert!(s.events_cached(cur - 2, cur, 0).is_some());
+}
+
+/// A Range and a read-only Txn while an apply is in progress (its write transaction open, its
+/// writes half done) answer at once, from the revision before it: they take neither the
+/// writer's lock nor the backend's, and never see half an apply.
+#[test]
+fn reads_during_a_long_apply_do_not_wait_for_it() {
+    use etcd::apply::kv;
+    use proto::etcdserverpb::{
+        Compare, RangeRequest, RequestOp, TxnRequest, compare::CompareResult,
+        compare::CompareTarget, compare::TargetUnion, request_op, response_op,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir.path().join("db"));
+    let mut w = s.write();
+    for i in 0..1000 {
+        w.put(format!("k{i:04}").as_bytes(), b"old", 0).unwrap();
+    }
+    w.end(1, 1).unwrap();
+    let before = s.current_rev();
+
+    // The "apply": overwrites every key, then waits (its transaction open) until the
+    // readers are done, or gives up after a while so a blocked reader fails the test
+    // instead of hanging it.
+    let (half_done_tx, half_done_rx) = std::sync::mpsc::channel();
+    let (readers_done_tx, readers_done_rx) = std::sync::mpsc::channel::<()>();
+    let writer = {
+        let s = s.clone();
+        std::thread::spawn(move || {
+            let mut w = s.write();
+            for i in 0..1000 {
+                w.put(format!("k{i:04}").as_bytes(), b"new", 0).unwrap();
+            }
+            half_done_tx.send(()).unwrap();
+            let waited = readers_done_rx.recv_timeout(std::time::Duration::from_secs(20));
+            w.end(2, 1).unwrap();
+            waited.is_ok()
+        })
+    };
+    half_done_rx.recv().unwrap();
+
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let reader = {
+        let s = s.clone();
+        std::thread::spawn(move || {
+            let range = kv::range(
+                &s,
+                &RangeRequest {
+                    key: b"k".to_vec(),
+                    range_end: b"l".to_vec(),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            let txn = TxnRequest {
+                compare: vec![Compare {
+                    key: b"k0000".to_vec(),
+                    target: CompareTarget::Value as i32,
+                    result: CompareResult::Equal as i32,
+                    target_union: Some(TargetUnion::Value(b"old".to_vec())),
+                    ..Default::default()
+                }],
+                success: vec![RequestOp {
+                    request: Some(request_op::Request::RequestRange(RangeRequest {
+                        key: b"k0999".to_vec(),
+                        ..Default::default()
+                    })),
+                }],
+                ..Default::default()
+            };
+            let mut view = s.read_view();
+            let t = kv::read_only_txn(&mut view, &txn).unwrap();
+            done_tx.send((range, t, view.rev())).unwrap();
+        })
+    };
+    let (range, txn, view_rev) = done_rx
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the reads waited for the open write transaction");
+    readers_done_tx.send(()).unwrap();
+    reader.join().unwrap();
+    assert!(
+        writer.join().unwrap(),
+        "the writer was not released by the readers"
+    );
+
+    assert_eq!(range.count, 1000);
+    assert!(range.kvs.iter().all(|kv| kv.value == b"old"));
+    assert_eq!(range.header.unwrap().revision, before);
+    assert!(txn.succeeded, "the compare saw half an apply");
+    assert_eq!(view_rev, before);
+    match &txn.responses[0].response {
+        Some(response_op::Response::ResponseRange(r)) => assert_eq!(r.kvs[0].value, b"old"),
+        other => panic!("unexpected response {other:?}"),
+    }
+    // Once the apply ends, reads see all of it.
+    let after = s.range(KeyRange::new(b"k", b"l"), 0, 0).unwrap();
+    assert!(after.kvs.iter().all(|kv| kv.value == b"new"));
+}
+
+/// A compaction runs in the background: the write that schedules it ends at once, reads
+/// below the compaction point are refused from then on, writes go on while the old
+/// revisions are deleted, and once it finishes every current key is intact.
+#[test]
+fn compaction_runs_in_the_background_while_writes_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path().join("db")).unwrap();
+    let s = KvStore::open_with(
+        Arc::new(Batch::new(db, BatchConfig::default())),
+        etcd::mvcc::CompactionConfig {
+            batch_limit: 100,
+            sleep_interval: std::time::Duration::from_millis(1),
+        },
+    )
+    .unwrap();
+    let mut index = 1;
+    for round in 0..20 {
+        let mut w = s.write();
+        for k in 0..500 {
+            w.put(
+                format!("k{k:03}").as_bytes(),
+                format!("v{round}").as_bytes(),
+                0,
+            )
+            .unwrap();
+        }
+        w.end(index, 1).unwrap();
+        index += 1;
+    }
+    let at = s.current_rev();
+    let mut w = s.write();
+    w.compact(at).unwrap();
+    w.end(index, 1).unwrap();
+    index += 1;
+    assert!(matches!(
+        s.range(one(b"k000"), at - 1, 0),
+        Err(MvccError::Compacted)
+    ));
+    // Writes are applied while the worker deletes 9,500 old revisions in batches of 100.
+    for k in 0..500 {
+        let mut w = s.write();
+        w.put(format!("k{k:03}").as_bytes(), b"after", 0).unwrap();
+        w.end(index, 1).unwrap();
+        index += 1;
+    }
+    s.wait_compactions();
+    let now = s.range(KeyRange::new(b"k", b"l"), 0, 0).unwrap();
+    assert_eq!(now.count, 500);
+    assert!(now.kvs.iter().all(|kv| kv.value == b"after"));
+    let at_compaction = s.range(KeyRange::new(b"k", b"l"), at, 0).unwrap();
+    assert!(at_compaction.kvs.iter().all(|kv| kv.value == b"v19"));
+    // Only the state at the compaction point and the writes after it are left.
+    s.backend().force_commit().unwrap();
+    let left = s
+        .backend()
+        .range(common::backend::buckets::KEY, &[0], Some(&[0xff]), 0)
+        .unwrap()
+        .len();
+    assert_eq!(left, 500 + 500);
 }

@@ -302,8 +302,18 @@ impl Batch {
     }
 
     fn get_in(&self, b: &Buffers, bucket: &[u8], key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let tx = self.inner.db().begin_read();
-        for buf in [Some(&b.pending), b.committing.as_deref()]
+        self.get_over(b, None, bucket, key)
+    }
+
+    /// `get_in` with `top` (a write group's own writes) over the pending writes.
+    fn get_over(
+        &self,
+        b: &Buffers,
+        top: Option<&Buffer>,
+        bucket: &[u8],
+        key: &[u8],
+    ) -> Result<Option<Vec<u8>>> {
+        for buf in [top, Some(&b.pending), b.committing.as_deref()]
             .into_iter()
             .flatten()
         {
@@ -311,14 +321,47 @@ impl Batch {
                 return Ok(v.clone());
             }
         }
+        let tx = self.inner.db().begin_read();
         if !tx.bucket_exists(bucket)? {
-            return if self.bucket_known(b, &tx, bucket)? {
+            let in_top = top.is_some_and(|t| t.keys.contains_key(bucket));
+            return if in_top || self.bucket_known(b, &tx, bucket)? {
                 Ok(None)
             } else {
                 Err(Error::BucketNotFound(show(bucket)))
             };
         }
         Ok(tx.get(bucket, key)?.map(<[u8]>::to_vec))
+    }
+
+    /// Reads many keys of one bucket, pending writes included, with one look at the buffers
+    /// and one read transaction: what a Range of many keys needs, without a transaction per
+    /// key. Keep `keys` short (a few hundred): writers wait while this runs.
+    pub fn get_many(&self, bucket: &[u8], keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        let b = read(&self.inner.bufs);
+        let tx = self.inner.db().begin_read();
+        let committed = if tx.bucket_exists(bucket)? {
+            Some(tx.bucket(bucket)?)
+        } else if self.bucket_known(&b, &tx, bucket)? {
+            None
+        } else {
+            return Err(Error::BucketNotFound(show(bucket)));
+        };
+        let pending = b.pending.keys.get(bucket);
+        let committing = b.committing.as_ref().and_then(|c| c.keys.get(bucket));
+        let mut out = Vec::with_capacity(keys.len());
+        for key in keys {
+            let buffered = pending
+                .and_then(|m| m.get(*key))
+                .or_else(|| committing.and_then(|m| m.get(*key)));
+            out.push(match buffered {
+                Some(v) => v.clone(),
+                None => match &committed {
+                    Some(bucket) => bucket.get(key)?.map(<[u8]>::to_vec),
+                    None => None,
+                },
+            });
+        }
+        Ok(out)
     }
 
     /// etcd's UnsafeRange over committed data merged with pending writes: keys in
@@ -342,19 +385,33 @@ impl Batch {
         end: Option<&[u8]>,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.range_over(b, None, bucket, start, end, limit)
+    }
+
+    /// `range_in` with `top` (a write group's own writes) over the pending writes.
+    fn range_over(
+        &self,
+        b: &Buffers,
+        top: Option<&Buffer>,
+        bucket: &[u8],
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let Some(end) = end else {
             return Ok(self
-                .get_in(b, bucket, start)?
+                .get_over(b, top, bucket, start)?
                 .map(|v| vec![(start.to_vec(), v)])
                 .unwrap_or_default());
         };
         let tx = self.inner.db().begin_read();
-        if !self.bucket_known(b, &tx, bucket)? {
+        let in_top = top.is_some_and(|t| t.keys.contains_key(bucket));
+        if !in_top && !self.bucket_known(b, &tx, bucket)? {
             return Err(Error::BucketNotFound(show(bucket)));
         }
-        // Overlay: committing, then pending on top.
+        // Overlay: committing, then pending, then the group's own writes on top.
         let mut overlay: BTreeMap<&[u8], Option<&[u8]>> = BTreeMap::new();
-        for buf in [b.committing.as_deref(), Some(&b.pending)]
+        for buf in [b.committing.as_deref(), Some(&b.pending), top]
             .into_iter()
             .flatten()
         {
@@ -424,14 +481,15 @@ impl Batch {
         self.inner.db().defrag()
     }
 
-    /// Starts a group of writes that no commit can split: until the returned guard is dropped
-    /// (or `finish`ed) the background commit waits, so a crash persists all of the group or
-    /// none of it (etcd applies one raft entry, with its consistent index, this way). Readers
-    /// of this `Batch` wait too; read through the guard inside the group.
+    /// Starts a group of writes that no commit can split: the group's writes stay its own
+    /// until it is `finish`ed (or dropped), when they join the pending writes at once, so a
+    /// crash persists all of the group or none of it (etcd applies one raft entry, with its
+    /// consistent index, this way). Readers and commits never wait for an open group; reads
+    /// through the group see its own writes.
     pub fn begin(&self) -> BatchWrite<'_> {
         BatchWrite {
             batch: self,
-            bufs: Some(write(&self.inner.bufs)),
+            local: Some(Buffer::default()),
         }
     }
 
@@ -462,52 +520,52 @@ impl Drop for Batch {
 /// An atomic group of writes to a `Batch` (see `Batch::begin`); reads see the group's writes.
 pub struct BatchWrite<'a> {
     batch: &'a Batch,
-    bufs: Option<std::sync::RwLockWriteGuard<'a, Buffers>>,
+    /// The group's writes, until `finish` (or drop) hands them to the batch.
+    local: Option<Buffer>,
 }
 
 impl BatchWrite<'_> {
-    fn bufs(&mut self) -> &mut Buffers {
-        // The guard is only taken out in `finish`/drop, which consume the group.
-        self.bufs.as_deref_mut().unwrap_or_else(|| unreachable!())
+    fn local(&mut self) -> &mut Buffer {
+        // Only `finish`/drop take the buffer out, and both consume the group.
+        self.local.as_mut().unwrap_or_else(|| unreachable!())
     }
 
     pub fn create_bucket(&mut self, name: &[u8]) {
-        let b = self.bufs();
-        b.known.insert(name.to_vec());
-        b.pending.created.push(name.to_vec());
-        b.pending.keys.entry(name.to_vec()).or_default();
+        let b = self.local();
+        b.created.push(name.to_vec());
+        b.keys.entry(name.to_vec()).or_default();
     }
 
     pub fn put(&mut self, bucket: &[u8], key: &[u8], value: &[u8]) {
-        let b = self.bufs();
-        b.pending
-            .keys
+        let b = self.local();
+        b.keys
             .entry(bucket.to_vec())
             .or_default()
             .insert(key.to_vec(), Some(value.to_vec()));
-        b.pending.ops += 1;
+        b.ops += 1;
     }
 
     /// etcd's UnsafeSeqPut inside a group: keys in increasing order (revisions); the bucket's
     /// pages are split 90% full at commit.
     pub fn put_seq(&mut self, bucket: &[u8], key: &[u8], value: &[u8]) {
-        self.bufs().pending.seq.insert(bucket.to_vec());
+        if !self.local().seq.contains(bucket) {
+            self.local().seq.insert(bucket.to_vec());
+        }
         self.put(bucket, key, value);
     }
 
     pub fn delete(&mut self, bucket: &[u8], key: &[u8]) {
-        let b = self.bufs();
-        b.pending
-            .keys
+        let b = self.local();
+        b.keys
             .entry(bucket.to_vec())
             .or_default()
             .insert(key.to_vec(), None);
-        b.pending.ops += 1;
+        b.ops += 1;
     }
 
     pub fn get(&mut self, bucket: &[u8], key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let batch = self.batch;
-        batch.get_in(self.bufs(), bucket, key)
+        let bufs = read(&self.batch.inner.bufs);
+        self.batch.get_over(&bufs, self.local.as_ref(), bucket, key)
     }
 
     pub fn range(
@@ -517,19 +575,43 @@ impl BatchWrite<'_> {
         end: Option<&[u8]>,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let batch = self.batch;
-        batch.range_in(self.bufs(), bucket, start, end, limit)
+        let bufs = read(&self.batch.inner.bufs);
+        self.batch
+            .range_over(&bufs, self.local.as_ref(), bucket, start, end, limit)
+    }
+
+    /// Hands the group's writes to the batch in one step: readers and commits see all of
+    /// them or none. Returns the pending op count.
+    fn merge(&mut self) -> usize {
+        let Some(local) = self.local.take() else {
+            return 0;
+        };
+        let mut b = write(&self.batch.inner.bufs);
+        b.known.extend(local.created.iter().cloned());
+        let p = &mut b.pending;
+        p.created.extend(local.created);
+        p.seq.extend(local.seq);
+        for (bucket, keys) in local.keys {
+            match p.keys.get_mut(&bucket) {
+                Some(m) => m.extend(keys),
+                None => {
+                    p.keys.insert(bucket, keys);
+                }
+            }
+        }
+        p.ops += local.ops;
+        p.ops
     }
 
     /// Ends the group; commits at once when the pending ops reached the batch limit.
     pub fn finish(mut self) -> Result<()> {
-        let ops = self.bufs.take().map(|g| g.pending.ops).unwrap_or(0);
+        let ops = self.merge();
         self.batch.after_op(ops)
     }
 }
 
 impl Drop for BatchWrite<'_> {
     fn drop(&mut self) {
-        self.bufs.take();
+        self.merge();
     }
 }

@@ -12,7 +12,7 @@ use tonic::{Request, Response, Status};
 
 use super::auth::{self as api_auth, identity};
 use super::errors::{self, ApiError};
-use crate::apply::kv::{self, NoLeases};
+use crate::apply::kv;
 use crate::auth::{Access, AuthInfo};
 use crate::server::EtcdServer;
 use crate::server::apply::Applied;
@@ -146,11 +146,9 @@ impl Kv for KvService {
             // A txn that only reads is served like a Range, without going through raft.
             self.server.linearizable_read().await?;
             self.server.auth().check_txn(&ai, &r)?;
-            let store = self.server.kv();
-            let mut w = store.write();
-            let mut t = kv::txn(&mut w, &r, &NoLeases)?;
-            drop(w);
-            let rev = store.current_rev();
+            let mut view = self.server.kv().read_view();
+            let mut t = kv::read_only_txn(&mut view, &r)?;
+            let rev = view.rev();
             kv::stamp_txn_headers(&mut t, rev);
             t.header = self.server.header(rev);
             self.check_fresh(&ai)?;
@@ -186,6 +184,7 @@ impl Kv for KvService {
         let ai = identity(&self.server, &request)?;
         let r = request.into_inner();
         self.server.guard_write()?;
+        let physical = r.physical;
         let (applied, rev) = self
             .propose(
                 &ai,
@@ -195,6 +194,19 @@ impl Kv for KvService {
                 },
             )
             .await?;
+        if physical {
+            // The answer waits until the old revisions are deleted and that is committed, so
+            // a crash cannot bring them back (etcd's physical compaction).
+            let store = self.server.kv().clone();
+            let done = tokio::task::spawn_blocking(move || {
+                store.wait_compactions();
+                store.backend().force_commit()
+            })
+            .await;
+            if !matches!(done, Ok(Ok(()))) {
+                return Err(errors::CORRUPT.status());
+            }
+        }
         match applied {
             Applied::Compaction(mut c) => {
                 c.header = self.server.header(rev);

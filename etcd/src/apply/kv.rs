@@ -15,7 +15,7 @@ use proto::etcdserverpb::{
 use proto::mvccpb::KeyValue;
 
 use crate::api::errors::{self, ApiError};
-use crate::mvcc::{KeyRange, KvStore, MvccError, RangeResult, WriteTxn};
+use crate::mvcc::{KeyRange, KvStore, MvccError, RangeResult, ReadView, TxnRead, WriteTxn};
 
 /// Tells the KV applier whether a lease exists (the lessor answers).
 pub trait LeaseLookup {
@@ -238,9 +238,9 @@ pub fn range(store: &KvStore, r: &RangeRequest) -> Result<RangeResponse, ApiErro
     Ok(sort_and_filter(r, rr))
 }
 
-fn range_in(w: &mut WriteTxn<'_>, r: &RangeRequest) -> Result<RangeResponse, ApiError> {
+fn range_in(w: &mut impl TxnRead, r: &RangeRequest) -> Result<RangeResponse, ApiError> {
     let rr = w
-        .range(
+        .txn_range(
             KeyRange::new(&r.key, &r.range_end),
             r.revision,
             store_limit(r),
@@ -320,9 +320,9 @@ fn compare_one(c: &Compare, kv: &KeyValue) -> bool {
 
 /// One compare over its key or range: every key must satisfy it; a value compare on missing
 /// keys fails, other targets compare the zero key-value.
-fn compare(w: &mut WriteTxn<'_>, c: &Compare) -> Result<bool, ApiError> {
+fn compare(w: &mut impl TxnRead, c: &Compare) -> Result<bool, ApiError> {
     let rr = w
-        .range(KeyRange::new(&c.key, &c.range_end), 0, 0)
+        .txn_range(KeyRange::new(&c.key, &c.range_end), 0, 0)
         .map_err(mvcc_error)?;
     if rr.kvs.is_empty() {
         if c.target == CompareTarget::Value as i32 {
@@ -334,7 +334,7 @@ fn compare(w: &mut WriteTxn<'_>, c: &Compare) -> Result<bool, ApiError> {
 }
 
 /// Whether all compares of `r` hold now (decides the branch).
-pub fn txn_compares_hold(w: &mut WriteTxn<'_>, r: &TxnRequest) -> Result<bool, ApiError> {
+pub fn txn_compares_hold(w: &mut impl TxnRead, r: &TxnRequest) -> Result<bool, ApiError> {
     for c in &r.compare {
         if !compare(w, c)? {
             return Ok(false);
@@ -369,6 +369,33 @@ pub fn txn_branch(
                 Response::ResponseDeleteRange(delete_range(w, x)?)
             }
             Some(Request::RequestTxn(x)) => Response::ResponseTxn(txn(w, x, leases)?),
+            None => continue,
+        };
+        responses.push(ResponseOp {
+            response: Some(resp),
+        });
+    }
+    Ok(TxnResponse {
+        header: None,
+        succeeded: ok,
+        responses,
+    })
+}
+
+/// A txn that only reads (`is_read_only_txn`), evaluated on one view of the store: its
+/// compares and reads see one revision, and it takes no writer's lock.
+pub fn read_only_txn(v: &mut ReadView<'_>, r: &TxnRequest) -> Result<TxnResponse, ApiError> {
+    let ok = txn_compares_hold(v, r)?;
+    let ops = if ok { &r.success } else { &r.failure };
+    let mut responses = Vec::with_capacity(ops.len());
+    for op in ops {
+        let resp = match &op.request {
+            Some(Request::RequestRange(x)) => Response::ResponseRange(range_in(v, x)?),
+            Some(Request::RequestTxn(x)) => Response::ResponseTxn(read_only_txn(v, x)?),
+            // The caller checked the txn only reads; a write here is a caller's bug.
+            Some(Request::RequestPut(_)) | Some(Request::RequestDeleteRange(_)) => {
+                return Err(errors::NOT_CAPABLE);
+            }
             None => continue,
         };
         responses.push(ResponseOp {

@@ -464,6 +464,12 @@ pub const FLAGS: &[FlagSpec] = &[
     ),
     v(
         "Experimental feature",
+        "experimental-compaction-sleep-interval",
+        "10ms",
+        "Sets the sleep interval between each compaction batch.",
+    ),
+    v(
+        "Experimental feature",
         "experimental-watch-progress-notify-interval",
         "10m",
         "Duration of periodic watch progress notifications.",

@@ -117,6 +117,7 @@ pub struct Config {
     pub experimental_corrupt_check_time: Duration,
     pub experimental_enable_lease_checkpoint: bool,
     pub experimental_compaction_batch_limit: usize,
+    pub experimental_compaction_sleep_interval: Duration,
     pub experimental_snapshot_catchup_entries: u64,
     pub experimental_watch_progress_notify_interval: Duration,
     pub experimental_warning_apply_duration: Duration,
@@ -358,6 +359,10 @@ impl Config {
                 "experimental-enable-lease-checkpoint",
             )?,
             experimental_compaction_batch_limit: num(f, "experimental-compaction-batch-limit")?,
+            experimental_compaction_sleep_interval: duration(
+                f,
+                "experimental-compaction-sleep-interval",
+            )?,
             experimental_snapshot_catchup_entries: num(f, "experimental-snapshot-catchup-entries")?,
             experimental_watch_progress_notify_interval: duration(
                 f,

@@ -142,6 +142,45 @@ impl Index {
         keep
     }
 
+    /// Compacts at `at` the keys after `after` (all keys when None), at most `max` of them:
+    /// returns the revisions that must stay in the backend as those keys' state at `at`, and
+    /// the last key visited when more keys follow. A compaction in chunks lets writers and
+    /// readers in between.
+    pub fn compact_chunk(
+        &mut self,
+        at: i64,
+        after: Option<&[u8]>,
+        max: usize,
+    ) -> (Vec<Revision>, Option<Vec<u8>>) {
+        let lower = match after {
+            Some(k) => Bound::Excluded(k),
+            None => Bound::Unbounded,
+        };
+        let mut keep = Vec::new();
+        let mut emptied = Vec::new();
+        let mut last = None;
+        let mut visited = 0;
+        for (k, ki) in self.keys.range_mut::<[u8], _>((lower, Bound::Unbounded)) {
+            if visited == max {
+                break;
+            }
+            visited += 1;
+            let c = ki.compact(at);
+            if let Some(r) = c.kept {
+                keep.push(r);
+            }
+            if c.empty {
+                emptied.push(k.clone());
+            }
+            last = Some(k);
+        }
+        let next = if visited == max { last.cloned() } else { None };
+        for k in emptied {
+            self.keys.remove(&k);
+        }
+        (keep, next)
+    }
+
     /// Number of keys with any history in the index.
     pub fn len(&self) -> usize {
         self.keys.len()

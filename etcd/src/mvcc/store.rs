@@ -1,17 +1,22 @@
 // The MVCC key-value store: the in-memory index over the backend's `key` bucket, where every
 // change is stored under its revision. One writer (the apply loop), many concurrent readers.
 //
-// Locks, always taken in this order: `write` (one writer), then the backend write group, then
-// `state`. Readers take `state` only to pick revisions from the index and release it before
-// reading values from the backend, so they never hold `state` while waiting for the backend.
+// Locks, always taken in this order: `write` (one writer), then `state`. A write's backend
+// group holds no lock while open: its values join the backend at its end, before the revision
+// that names them becomes current. Readers take `state` only to pick revisions from the index
+// and release it before reading values from the backend.
+// The compaction worker (compaction.rs) takes `compaction_batch`, then a backend write group,
+// or `state` alone for a chunk of the index.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use common::backend::{self, Batch, BatchWrite, buckets};
 use prost::Message;
 use proto::mvccpb::{Event, KeyValue, event::EventType};
 
+use super::compaction::{self, CompactionConfig, Jobs};
 use super::index::{Index, KeyRange};
 use super::revision::{Revision, is_tombstone};
 
@@ -51,6 +56,9 @@ pub struct RangeResult {
     pub rev: i64,
 }
 
+/// What the server runs after each finished compaction.
+type CompactedHook = Box<dyn Fn(i64) + Send + Sync>;
+
 pub struct KvStore {
     backend: Arc<Batch>,
     write: Mutex<()>,
@@ -60,6 +68,16 @@ pub struct KvStore {
     /// The events of the latest revisions, so watchers that keep up read memory, not the
     /// backend.
     recent: Mutex<Recent>,
+    /// Compactions scheduled and not finished (worked on in the background).
+    jobs: Arc<Jobs>,
+    compaction: CompactionConfig,
+    /// Held by the compaction worker for each batch of deletes, and by `restore`, so a
+    /// compaction of the old db never deletes from the new one.
+    compaction_batch: Mutex<()>,
+    /// Moves each time the db is replaced; a compaction started before stops.
+    generation: AtomicU64,
+    /// Called after each finished compaction (the server gives freed heap back then).
+    on_compacted: Mutex<Option<CompactedHook>>,
 }
 
 /// Revisions kept in `Recent` at most, and their approximate bytes.
@@ -121,6 +139,10 @@ fn read_u64(v: Option<Vec<u8>>) -> u64 {
         .map(u64::from_be_bytes)
         .unwrap_or(0)
 }
+
+/// Values read per look at the backend: a Range of thousands of keys costs a handful of
+/// read transactions, and an apply never waits long behind one.
+const READ_CHUNK: usize = 256;
 
 /// Keys picked from the index with their state as of the read revision.
 type Picked = Vec<(Vec<u8>, super::KeyAt)>;
@@ -208,46 +230,77 @@ fn load_state(backend: &Batch) -> Result<(State, i64)> {
 
 impl KvStore {
     /// Opens the store over `backend`, creating etcd's buckets when missing and rebuilding the
-    /// index from the `key` bucket. An interrupted compaction is finished.
-    pub fn open(backend: Arc<Batch>) -> Result<KvStore> {
+    /// index from the `key` bucket. An interrupted compaction is resumed in the background.
+    pub fn open(backend: Arc<Batch>) -> Result<Arc<KvStore>> {
+        KvStore::open_with(backend, CompactionConfig::default())
+    }
+
+    /// `open` with the compaction's pace.
+    pub fn open_with(backend: Arc<Batch>, compaction: CompactionConfig) -> Result<Arc<KvStore>> {
         let (state, scheduled) = load_state(&backend)?;
-        let store = KvStore {
+        let jobs = Arc::new(Jobs::default());
+        let store = Arc::new(KvStore {
             backend,
             write: Mutex::new(()),
             rev_tx: tokio::sync::watch::Sender::new(state.current_rev),
             state: RwLock::new(state),
             recent: Mutex::new(Recent::default()),
-        };
-        store.finish_compaction(scheduled, &lock(&store.write))?;
+            jobs: jobs.clone(),
+            compaction: CompactionConfig {
+                batch_limit: compaction.batch_limit.max(1),
+                ..compaction
+            },
+            compaction_batch: Mutex::new(()),
+            generation: AtomicU64::new(0),
+            on_compacted: Mutex::new(None),
+        });
+        compaction::spawn_worker(Arc::downgrade(&store), jobs);
+        store.resume_compaction(scheduled);
         Ok(store)
+    }
+
+    /// Calls `f` with the revision of each compaction that finished.
+    pub fn on_compacted(&self, f: impl Fn(i64) + Send + Sync + 'static) {
+        *lock(&self.on_compacted) = Some(Box::new(f));
     }
 
     /// Replaces everything with the image in `db` (a follower installing the leader's
     /// snapshot): the backend continues over `db` and the index is rebuilt from it. Watchers
     /// see the revision move and catch up from the new store.
     pub fn restore(&self, db: common::backend::Db) -> Result<()> {
-        let guard = lock(&self.write);
+        let _guard = lock(&self.write);
+        let _batch = lock(&self.compaction_batch);
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.jobs.clear();
         self.backend.replace_db(db);
         let (state, scheduled) = load_state(&self.backend)?;
         let rev = state.current_rev;
         *lock(&self.recent) = Recent::default();
         *self.state_mut() = state;
-        self.finish_compaction(scheduled, &guard)?;
+        self.resume_compaction(scheduled);
         self.rev_tx.send_replace(rev);
         Ok(())
     }
 
-    /// Finishes a compaction a crash interrupted; otherwise makes the index refuse reads below
-    /// the finished compaction point (the index was rebuilt from what compaction kept).
-    fn finish_compaction(&self, scheduled: i64, guard: &MutexGuard<'_, ()>) -> Result<()> {
-        let finished = self.compact_rev();
+    /// Schedules again a compaction a crash interrupted (its mark is newer than the finished
+    /// one); otherwise makes the index refuse reads below the finished compaction point (the
+    /// index was rebuilt from what compaction kept).
+    fn resume_compaction(&self, scheduled: i64) {
+        let mut st = self.state_mut();
+        let finished = st.compact_rev;
         if scheduled > finished {
             tracing::info!(revision = scheduled, "resuming an interrupted compaction");
-            self.compact_locked(scheduled, guard)?;
+            st.compact_rev = scheduled;
+            drop(st);
+            self.jobs.push(scheduled);
         } else if finished > 0 {
-            self.state_mut().index.compact(finished);
+            st.index.compact(finished);
         }
-        Ok(())
+    }
+
+    /// Waits until every scheduled compaction has finished (or was abandoned).
+    pub fn wait_compactions(&self) {
+        self.jobs.wait_idle();
     }
 
     fn state(&self) -> std::sync::RwLockReadGuard<'_, State> {
@@ -281,33 +334,45 @@ impl KvStore {
 
     /// Keys of `range` as of `rev` (0 = now), at most `limit` (0 = all); `count` counts all.
     pub fn range(&self, range: KeyRange<'_>, rev: i64, limit: usize) -> Result<RangeResult> {
-        let (cur, at, picked, count) = {
-            let st = self.state();
-            let at = if rev <= 0 { st.current_rev } else { rev };
-            let (picked, count) = pick(&st, range, at, st.current_rev, limit)?;
-            (st.current_rev, at, picked, count)
-        };
+        self.read_view().range(range, rev, limit)
+    }
+
+    /// A consistent read of the store as of its current revision, taking no writer's lock:
+    /// reads through it see that revision whatever is applied meanwhile.
+    pub fn read_view(&self) -> ReadView<'_> {
+        ReadView {
+            store: self,
+            rev: self.current_rev(),
+        }
+    }
+
+    /// The values of the picked keys, a chunk of keys per look at the backend. Values under
+    /// a revision never change, so reading them in several looks is as consistent as one;
+    /// only a compaction can remove them, which the caller learns as `Compacted`.
+    fn load_values(&self, picked: Picked, at: i64) -> Result<Vec<KeyValue>> {
         let mut kvs = Vec::with_capacity(picked.len());
-        for (key, s) in picked {
-            match self.backend.get(buckets::KEY, &s.modified.to_bytes())? {
-                Some(v) => kvs.push(KeyValue::decode(v.as_slice()).map_err(|e| {
-                    MvccError::Corrupt(format!("bad key-value at revision {}: {e}", s.modified))
-                })?),
-                None if self.compact_rev() > at => return Err(MvccError::Compacted),
-                None => {
-                    return Err(MvccError::Corrupt(format!(
-                        "key {:?} at revision {} is in the index but not in the backend",
-                        String::from_utf8_lossy(&key),
-                        s.modified
-                    )));
+        for chunk in picked.chunks(READ_CHUNK) {
+            let keys: Vec<[u8; super::revision::REV_BYTES_LEN]> =
+                chunk.iter().map(|(_, s)| s.modified.to_bytes()).collect();
+            let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+            let values = self.backend.get_many(buckets::KEY, &refs)?;
+            for ((key, s), v) in chunk.iter().zip(values) {
+                match v {
+                    Some(v) => kvs.push(KeyValue::decode(v.as_slice()).map_err(|e| {
+                        MvccError::Corrupt(format!("bad key-value at revision {}: {e}", s.modified))
+                    })?),
+                    None if self.compact_rev() > at => return Err(MvccError::Compacted),
+                    None => {
+                        return Err(MvccError::Corrupt(format!(
+                            "key {:?} at revision {} is in the index but not in the backend",
+                            String::from_utf8_lossy(key),
+                            s.modified
+                        )));
+                    }
                 }
             }
         }
-        Ok(RangeResult {
-            kvs,
-            count,
-            rev: cur,
-        })
+        Ok(kvs)
     }
 
     /// A receiver that changes whenever the current revision does.
@@ -388,6 +453,8 @@ impl KvStore {
     /// compaction only the revisions a read at the compaction point needs are left, so this is
     /// the same hash etcd computes for the same history.
     pub fn hash_kv(&self, rev: i64) -> Result<(u32, i64, i64)> {
+        // A compaction half done would hash revisions another member already deleted.
+        self.wait_compactions();
         let (cur, compact) = {
             let st = self.state();
             (st.current_rev, st.compact_rev)
@@ -430,60 +497,165 @@ impl KvStore {
             begin_rev,
             sub: 0,
             events: Vec::new(),
+            compact_to: None,
         }
     }
 
-    /// Compacts history at `rev`: reads below it are refused from now on, and the values no
-    /// read at or after it can see are deleted from the backend.
+    /// Compacts history at `rev` and waits until the old revisions are deleted (for tools
+    /// and tests; an applied request schedules it through its write transaction instead).
     pub fn compact(&self, rev: i64) -> Result<()> {
-        let guard = lock(&self.write);
         {
-            let st = self.state();
-            if rev <= st.compact_rev {
-                return Err(MvccError::Compacted);
-            }
-            if rev > st.current_rev {
-                return Err(MvccError::FutureRev);
-            }
+            let _guard = lock(&self.write);
+            self.check_compaction(rev, self.current_rev())?;
+            let mut g = self.backend.begin();
+            g.put(
+                buckets::META,
+                SCHEDULED_COMPACT_KEY,
+                &Revision::new(rev, 0).to_bytes(),
+            );
+            g.finish()?;
+            self.state_mut().compact_rev = rev;
+            self.jobs.push(rev);
         }
-        self.compact_locked(rev, &guard)
+        self.wait_compactions();
+        Ok(())
     }
 
-    fn compact_locked(&self, rev: i64, _write: &MutexGuard<'_, ()>) -> Result<()> {
-        let rev_bytes = Revision::new(rev, 0).to_bytes();
-        {
-            let mut g = self.backend.begin();
-            g.put(buckets::META, SCHEDULED_COMPACT_KEY, &rev_bytes);
-            g.finish()?;
+    fn check_compaction(&self, rev: i64, current: i64) -> Result<()> {
+        if rev <= self.compact_rev() {
+            return Err(MvccError::Compacted);
         }
-        let keep: HashSet<Revision> = {
-            let mut st = self.state_mut();
-            st.compact_rev = rev;
-            st.index.compact(rev)
-        };
-        // Delete in batches so other work can interleave with a large compaction.
+        if rev > current {
+            return Err(MvccError::FutureRev);
+        }
+        Ok(())
+    }
+
+    /// The compaction worker's job: compacts the index at `rev` in chunks, then deletes from
+    /// the backend, batch by batch, the revisions no read at or after `rev` can see, and
+    /// records the compaction as finished. Returns false when the db was replaced meanwhile.
+    pub(super) fn run_compaction(&self, rev: i64) -> Result<bool> {
+        let generation = self.generation.load(Ordering::SeqCst);
+        let current = || self.generation.load(Ordering::SeqCst) == generation;
+        let mut keep: HashSet<Revision> = HashSet::new();
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let (kept, next) = {
+                let mut st = self.state_mut();
+                if !current() {
+                    return Ok(false);
+                }
+                st.index
+                    .compact_chunk(rev, after.as_deref(), compaction::INDEX_CHUNK)
+            };
+            keep.extend(kept);
+            match next {
+                Some(k) => after = Some(k),
+                None => break,
+            }
+            std::thread::yield_now();
+        }
         let end = Revision::new(rev + 1, 0).to_bytes();
         let mut start = Revision::new(0, 0).to_bytes().to_vec();
+        let limit = self.compaction.batch_limit;
         loop {
-            let chunk = self.backend.range(buckets::KEY, &start, Some(&end), 1000)?;
-            let Some((last, _)) = chunk.last() else { break };
-            let mut next = last.clone();
-            next.push(0);
-            let mut g = self.backend.begin();
-            for (k, _) in &chunk {
-                if let Some(r) = Revision::from_bytes(k)
-                    && (!keep.contains(&r) || is_tombstone(k))
-                {
-                    g.delete(buckets::KEY, k);
+            let more = {
+                let _batch = lock(&self.compaction_batch);
+                if !current() {
+                    return Ok(false);
                 }
+                let chunk = self
+                    .backend
+                    .range(buckets::KEY, &start, Some(&end), limit)?;
+                if let Some((last, _)) = chunk.last() {
+                    start = last.clone();
+                    start.push(0);
+                }
+                let mut g = self.backend.begin();
+                for (k, _) in &chunk {
+                    if let Some(r) = Revision::from_bytes(k)
+                        && (!keep.contains(&r) || is_tombstone(k))
+                    {
+                        g.delete(buckets::KEY, k);
+                    }
+                }
+                g.finish()?;
+                chunk.len() == limit
+            };
+            if !more {
+                break;
             }
-            g.finish()?;
-            start = next;
+            std::thread::sleep(self.compaction.sleep_interval);
         }
-        let mut g = self.backend.begin();
-        g.put(buckets::META, FINISHED_COMPACT_KEY, &rev_bytes);
-        g.finish()?;
-        Ok(())
+        {
+            let _batch = lock(&self.compaction_batch);
+            if !current() {
+                return Ok(false);
+            }
+            let mut g = self.backend.begin();
+            g.put(
+                buckets::META,
+                FINISHED_COMPACT_KEY,
+                &Revision::new(rev, 0).to_bytes(),
+            );
+            g.finish()?;
+        }
+        if let Some(f) = lock(&self.on_compacted).as_ref() {
+            f(rev);
+        }
+        Ok(true)
+    }
+}
+
+impl Drop for KvStore {
+    fn drop(&mut self) {
+        self.jobs.stop();
+    }
+}
+
+/// The store as of one revision (see `KvStore::read_view`): a read-only Txn evaluates its
+/// compares and reads on one of these, so it sees one revision and never waits for applies.
+pub struct ReadView<'a> {
+    store: &'a KvStore,
+    rev: i64,
+}
+
+impl ReadView<'_> {
+    /// The revision this view reads.
+    pub fn rev(&self) -> i64 {
+        self.rev
+    }
+
+    /// Keys of `range` as of `rev` (0 = the view's revision, which no read may pass).
+    pub fn range(&self, range: KeyRange<'_>, rev: i64, limit: usize) -> Result<RangeResult> {
+        let at = if rev <= 0 { self.rev } else { rev };
+        let (picked, count) = {
+            let st = self.store.state();
+            pick(&st, range, at, self.rev, limit)?
+        };
+        Ok(RangeResult {
+            kvs: self.store.load_values(picked, at)?,
+            count,
+            rev: self.rev,
+        })
+    }
+}
+
+/// Reads inside a transaction: a read-only Txn reads a `ReadView`, a Txn that writes reads
+/// its own `WriteTxn` (seeing its own writes).
+pub trait TxnRead {
+    fn txn_range(&mut self, range: KeyRange<'_>, rev: i64, limit: usize) -> Result<RangeResult>;
+}
+
+impl TxnRead for ReadView<'_> {
+    fn txn_range(&mut self, range: KeyRange<'_>, rev: i64, limit: usize) -> Result<RangeResult> {
+        self.range(range, rev, limit)
+    }
+}
+
+impl TxnRead for WriteTxn<'_> {
+    fn txn_range(&mut self, range: KeyRange<'_>, rev: i64, limit: usize) -> Result<RangeResult> {
+        self.range(range, rev, limit)
     }
 }
 
@@ -497,6 +669,8 @@ pub struct WriteTxn<'a> {
     begin_rev: i64,
     sub: i64,
     events: Vec<Event>,
+    /// A compaction this transaction schedules (started once the transaction ends).
+    compact_to: Option<i64>,
 }
 
 impl<'a> WriteTxn<'a> {
@@ -630,6 +804,19 @@ impl<'a> WriteTxn<'a> {
         Ok(deleted)
     }
 
+    /// Schedules a compaction at `rev` with this transaction: reads below `rev` are refused
+    /// once it ends, and the worker deletes the old revisions in the background.
+    pub fn compact(&mut self, rev: i64) -> Result<()> {
+        self.store.check_compaction(rev, self.read_rev())?;
+        self.group().put(
+            buckets::META,
+            SCHEDULED_COMPACT_KEY,
+            &Revision::new(rev, 0).to_bytes(),
+        );
+        self.compact_to = Some(rev);
+        Ok(())
+    }
+
     /// Reads a key of another bucket, seeing this transaction's writes.
     pub fn get_raw(&mut self, bucket: &[u8], key: &[u8]) -> Option<Vec<u8>> {
         self.group().get(bucket, key).ok().flatten()
@@ -651,10 +838,14 @@ impl<'a> WriteTxn<'a> {
         let g = self.group();
         g.put(buckets::META, CONSISTENT_INDEX_KEY, &index.to_be_bytes());
         g.put(buckets::META, TERM_KEY, &term.to_be_bytes());
+        // The values must be in the backend before the revision that names them is current:
+        // a reader picks revisions up to the current one and reads their values at once.
+        let finished = match self.group.take() {
+            Some(g) => g.finish(),
+            None => Ok(()),
+        };
         let (rev, events) = self.publish(Some((index, term)));
-        if let Some(g) = self.group.take() {
-            g.finish()?;
-        }
+        finished?;
         Ok((events, rev))
     }
 
@@ -672,6 +863,10 @@ impl<'a> WriteTxn<'a> {
         if let Some((index, term)) = applied {
             st.consistent_index = index;
             st.term = term;
+        }
+        if let Some(at) = self.compact_to.take() {
+            st.compact_rev = at;
+            self.store.jobs.push(at);
         }
         let rev = st.current_rev;
         drop(st);
@@ -695,10 +890,10 @@ impl Drop for WriteTxn<'_> {
                     "a write transaction ended without being applied completely"
                 );
             }
-            self.publish(None);
             if let Err(e) = g.finish() {
                 tracing::error!(error = %e, "backend commit after a failed apply");
             }
+            self.publish(None);
         }
     }
 }

@@ -17,7 +17,7 @@ use crate::apply::kv::{self, LeaseLookup};
 use crate::auth::{self, AuthResponse, AuthStore};
 use crate::lease::{Lessor, MAX_LEASE_TTL};
 use crate::membership::Member;
-use crate::mvcc::{KeyRange, KvStore, MvccError};
+use crate::mvcc::{KeyRange, KvStore};
 use common::backend::buckets;
 
 /// The result handed to the client that proposed a request.
@@ -156,7 +156,6 @@ pub fn apply_normal(
         .map(|h| h.id)
         .filter(|id| *id != 0)
         .unwrap_or(req.id);
-    let mut compact_to = None;
     // Lease table changes, made once the write txn is in.
     let mut granted = None;
     let mut revoked = None;
@@ -233,8 +232,11 @@ pub fn apply_normal(
         precheck_txn(&mut w, t, leases)
             .and_then(|ok| kv::txn_branch(&mut w, t, ok, leases).map(Applied::Txn))
     } else if let Some(c) = &req.compaction {
-        compact_to = Some(c.revision);
-        Ok(Applied::Compaction(CompactionResponse::default()))
+        // Only the compaction point is recorded here; the old revisions are deleted in the
+        // background (mvcc::compaction).
+        w.compact(c.revision)
+            .map(|()| Applied::Compaction(CompactionResponse::default()))
+            .map_err(kv::mvcc_error)
     } else if let Some(g) = &req.lease_grant {
         if lessor.lease_exists(g.id) {
             Err(errors::LEASE_EXIST)
@@ -309,18 +311,6 @@ pub fn apply_normal(
         lessor.revoke(id);
     }
     let mut result = result;
-    if let Some(at) = compact_to {
-        result = match store.compact(at) {
-            Ok(()) => {
-                // The old revisions' index entries and cached events were just dropped.
-                super::heap::release_soon();
-                result
-            }
-            Err(MvccError::Compacted) => Err(errors::COMPACTED),
-            Err(MvccError::FutureRev) => Err(errors::FUTURE_REV),
-            Err(other) => Err(kv::mvcc_error(other)),
-        };
-    }
     if let Ok(Applied::Txn(t)) = &mut result {
         kv::stamp_txn_headers(t, rev);
     }

@@ -76,9 +76,17 @@ fn open_store(cfg: &Config) -> Result<Arc<KvStore>, BootError> {
             limit: cfg.backend_batch_limit,
         },
     );
-    let kv = KvStore::open(Arc::new(batch))?;
+    let kv = KvStore::open_with(
+        Arc::new(batch),
+        crate::mvcc::CompactionConfig {
+            batch_limit: cfg.experimental_compaction_batch_limit,
+            sleep_interval: cfg.experimental_compaction_sleep_interval,
+        },
+    )?;
+    // The old revisions' index entries and cached events are gone: give the heap back.
+    kv.on_compacted(|_| super::heap::release_soon());
     tracing::info!(path = %path.display(), took = ?started.elapsed(), "opened backend db");
-    Ok(Arc::new(kv))
+    Ok(kv)
 }
 
 fn raft_config(cfg: &Config, id: u64, applied: u64) -> raft::Config {

@@ -3,6 +3,7 @@
 
 pub mod alarms;
 pub mod apply;
+pub mod apply_loop;
 pub mod bootstrap;
 pub mod compactor;
 pub mod corrupt;
@@ -47,6 +48,10 @@ pub struct Shared {
     term: AtomicU64,
     commit: AtomicU64,
     applied_tx: watch::Sender<u64>,
+    /// The term of the last applied entry (a snapshot at the applied index carries it).
+    applied_term: AtomicU64,
+    /// The membership as of the applied index.
+    conf_state: Mutex<proto::raftpb::ConfState>,
     failed: Mutex<Option<String>>,
 }
 
@@ -70,8 +75,34 @@ impl Shared {
         self.commit.store(commit, Ordering::SeqCst);
     }
 
-    fn set_applied(&self, index: u64) {
+    /// Records that the entry at (`index`, `term`) is applied: reads waiting for it go on.
+    fn set_applied_entry(&self, index: u64, term: u64) {
+        self.applied_term.store(term, Ordering::SeqCst);
         self.applied_tx.send_replace(index);
+    }
+
+    /// The index and term of the last applied entry.
+    fn applied_entry(&self) -> (u64, u64) {
+        let index = *self.applied_tx.borrow();
+        (index, self.applied_term.load(Ordering::SeqCst))
+    }
+
+    fn conf_state(&self) -> proto::raftpb::ConfState {
+        self.conf_state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn set_conf_state(&self, cs: proto::raftpb::ConfState) {
+        *self.conf_state.lock().unwrap_or_else(|e| e.into_inner()) = cs;
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.failed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     fn fail(&self, why: String) {
@@ -127,6 +158,7 @@ pub struct EtcdServer {
     applied_rx: watch::Receiver<u64>,
     ids: IdGen,
     raft_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    apply_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     transport: Arc<Transport>,
     /// A channel to the leader's peer service (id, channel), for forwarded lease and
     /// promote calls.
@@ -148,7 +180,16 @@ impl EtcdServer {
         };
         let booted = bootstrap::boot(&cfg, joined)?;
         let auth = crate::auth::AuthStore::open(&booted.kv, tokens, cfg.bcrypt_cost);
-        let (applied_tx, applied_rx) = watch::channel(booted.kv.consistent_index());
+        let applied_index = booted.kv.consistent_index();
+        let applied_term = {
+            use crate::raft::Storage;
+            booted
+                .node
+                .storage()
+                .term(applied_index)
+                .unwrap_or(booted.kv.term())
+        };
+        let (applied_tx, applied_rx) = watch::channel(applied_index);
         let shared = Arc::new(Shared {
             member_id: booted.member_id,
             cluster_id: booted.cluster_id,
@@ -164,6 +205,8 @@ impl EtcdServer {
             term: AtomicU64::new(0),
             commit: AtomicU64::new(0),
             applied_tx,
+            applied_term: AtomicU64::new(applied_term),
+            conf_state: Mutex::new(booted.conf_state),
             failed: Mutex::new(None),
             cfg,
         });
@@ -185,6 +228,32 @@ impl EtcdServer {
         for m in &booted.members {
             transport.set_peer(m.id, m.peer_urls.clone());
         }
+        let (apply_tx, apply_rx) = std::sync::mpsc::sync_channel(apply_loop::APPLY_QUEUE);
+        let (purge_tx, purge_rx) = std::sync::mpsc::sync_channel(1);
+        let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new()
+                .name(name.into())
+                .spawn(f)
+                .map_err(|e| bootstrap::BootError::Config(format!("cannot start the {name}: {e}")))
+        };
+        let al = apply_loop::ApplyLoop {
+            shared: shared.clone(),
+            rx: apply_rx,
+            raft_tx: tx.clone(),
+            transport: transport.clone(),
+            snapshotter: common::snap::Snapshotter::new(shared.cfg.snap_dir()),
+            snapshot_index: booted.snapshot_index,
+        };
+        let apply_handle = spawn("apply-loop", Box::new(move || al.run()))?;
+        let purge_cfg = shared.cfg.clone();
+        spawn(
+            "purge",
+            Box::new(move || {
+                while purge_rx.recv().is_ok() {
+                    purge_files(&purge_cfg);
+                }
+            }),
+        )?;
         let lp = RaftLoop {
             node: booted.node,
             wal: booted.wal,
@@ -192,22 +261,18 @@ impl EtcdServer {
             shared: shared.clone(),
             rx,
             transport: transport.clone(),
+            apply_tx,
+            purge_tx,
             snapshot_index: booted.snapshot_index,
-            conf_state: booted.conf_state,
-            applied_index: booted.snapshot_index,
         };
-        let handle = std::thread::Builder::new()
-            .name("raft-loop".into())
-            .spawn(move || lp.run())
-            .map_err(|e| {
-                bootstrap::BootError::Config(format!("cannot start the raft loop: {e}"))
-            })?;
+        let handle = spawn("raft-loop", Box::new(move || lp.run()))?;
         Ok(Arc::new(EtcdServer {
             ids: IdGen::new(shared.member_id),
             shared,
             raft_tx: Mutex::new(tx),
             applied_rx,
             raft_thread: Mutex::new(Some(handle)),
+            apply_thread: Mutex::new(Some(apply_handle)),
             transport,
             leader_channel: Mutex::new(None),
         }))
@@ -640,11 +705,7 @@ impl EtcdServer {
     }
 
     pub fn failure(&self) -> Option<String> {
-        self.shared
-            .failed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.shared.failure()
     }
 
     /// The response header etcd puts on every answer.
@@ -693,6 +754,11 @@ impl EtcdServer {
         let data = req.encode_to_vec();
         if data.len() > self.shared.cfg.max_request_bytes {
             return Err(errors::REQUEST_TOO_LARGE);
+        }
+        // The apply thread is far behind what raft commits: refuse more work until it
+        // catches up, as etcd does.
+        if self.commit_index() > self.applied_index() + apply_loop::MAX_APPLY_GAP {
+            return Err(errors::TOO_MANY_REQUESTS);
         }
         let rx = self.shared.wait.register(id);
         if let Err(e) = self.send(RaftMsg::Propose { id, data }) {
@@ -756,16 +822,15 @@ impl EtcdServer {
         }
     }
 
-    /// Stops the raft loop and commits the backend (a clean shutdown).
+    /// Stops the raft and apply threads and commits the backend (a clean shutdown).
     pub fn stop(&self) {
         let _ = self.send(RaftMsg::Stop);
-        if let Some(h) = self
-            .raft_thread
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
-            let _ = h.join();
+        // The raft thread drops the apply queue when it ends; the apply thread then finishes
+        // what was queued and ends too.
+        for t in [&self.raft_thread, &self.apply_thread] {
+            if let Some(h) = t.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                let _ = h.join();
+            }
         }
         if let Err(e) = self.shared.kv.backend().force_commit() {
             tracing::error!(error = %e, "final backend commit failed");
@@ -822,4 +887,27 @@ pub async fn publish(server: &EtcdServer) {
             tracing::warn!(error = %e, "failed to set the cluster version");
         }
     }
+}
+
+/// Removes WAL segments beyond --max-wals and .snap files beyond --max-snapshots (oldest
+/// first; a WAL segment still locked by the WAL stays).
+fn purge_files(cfg: &Config) {
+    let log = |what: &str, r: Result<Vec<std::path::PathBuf>, String>| match r {
+        Ok(removed) => {
+            for f in removed {
+                tracing::info!(path = %f.display(), "purged file");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "failed to purge {what} files"),
+    };
+    log(
+        "WAL",
+        common::wal::purge(&cfg.wal_dir(), cfg.max_wals).map_err(|e| e.to_string()),
+    );
+    log(
+        "snap",
+        common::snap::Snapshotter::new(cfg.snap_dir())
+            .purge(cfg.max_snapshots)
+            .map_err(|e| e.to_string()),
+    );
 }

@@ -1,28 +1,26 @@
-// The raft loop: one thread that ticks raft, feeds it proposals, read requests and peers'
-// messages, and carries out each Ready in the order raft requires (persist to the WAL, store,
-// send, apply, advance).
+// The raft thread: ticks raft, feeds it proposals, read requests and peers' messages, persists
+// each Ready to the WAL, sends its messages and hands committed entries to the apply thread.
 //
-// Applying happens on this thread for now; nothing here waits on a client or a peer: results
-// go to waiters through channels that never block, messages to the transport's queues.
+// It does only raft's own work so ticks and heartbeats stay on time: applying, snapshot
+// creation and install, and snapshot images run on the apply thread (apply_loop.rs); WAL and
+// snap purges on a purge thread. A leader sends its appends while it fsyncs its own copy.
 
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
 use std::time::{Duration, Instant};
 
 use prost::Message as _;
-use proto::raftpb::{
-    ConfChange, ConfChangeType, ConfState, Entry, EntryType, Message, MessageType, Snapshot,
-    SnapshotMetadata,
-};
+use proto::raftpb::{ConfChange, ConfChangeType, Entry, EntryType, Message, MessageType, Snapshot};
 use proto::walpb;
 use tokio::sync::oneshot;
 
 use super::Shared;
-use super::apply::{self, Applied, Effect, MemberChange};
+use super::apply::{self, Applied, MemberChange};
+use super::apply_loop::ApplyTask;
 use super::reconfig;
 use crate::api::errors;
 use crate::membership::id_hex;
-use crate::raft::{MemStorage, RawNode, SnapshotStatus, StateRole, Storage};
+use crate::raft::{MemStorage, RawNode, SnapshotStatus, StateRole};
 use crate::transport::{REMOVED_MESSAGE, Report, Transport};
 use common::snap::Snapshotter;
 use common::wal::Wal;
@@ -56,6 +54,9 @@ pub enum RaftMsg {
     Status(oneshot::Sender<crate::raft::Status>),
     /// Hand leadership to another voter.
     TransferLeader(u64),
+    /// The apply thread committed the backend and wrote this snapshot's .snap file: record
+    /// it in the WAL and compact the log behind it.
+    SnapshotSaved(Box<Snapshot>),
     Stop,
 }
 
@@ -66,10 +67,12 @@ pub struct RaftLoop {
     pub shared: Arc<Shared>,
     pub rx: Receiver<RaftMsg>,
     pub transport: Arc<Transport>,
+    /// Committed entries, snapshots to install and snapshot images to send, in log order.
+    pub apply_tx: SyncSender<ApplyTask>,
+    /// Wakes the purge thread after a snapshot (old WAL segments and .snap files may go).
+    pub purge_tx: SyncSender<()>,
+    /// The index of the snapshot the raft log storage starts at.
     pub snapshot_index: u64,
-    /// The membership as of the last applied conf change (or the snapshot).
-    pub conf_state: ConfState,
-    pub applied_index: u64,
 }
 
 impl RaftLoop {
@@ -145,6 +148,13 @@ impl RaftLoop {
                         let _ = tx.send(self.node.status());
                     }
                     RaftMsg::TransferLeader(to) => self.node.transfer_leader(to),
+                    RaftMsg::SnapshotSaved(snap) => {
+                        if let Err(e) = self.record_snapshot(&snap) {
+                            tracing::error!(error = %e, "raft loop cannot go on; stopping the server");
+                            self.shared.fail(e);
+                            return;
+                        }
+                    }
                     RaftMsg::Stop => stop = true,
                 }
             }
@@ -217,7 +227,7 @@ impl RaftLoop {
                 return;
             }
         }
-        if self.conf_state.voters == [self.shared.member_id]
+        if self.shared.conf_state().voters == [self.shared.member_id]
             && self.shared.cfg.initial_election_tick_advance
         {
             let _ = self.node.campaign();
@@ -233,6 +243,18 @@ impl RaftLoop {
             self.shared
                 .set_leader(ss.leader_id, ss.raft_state == StateRole::Leader);
         }
+        // A leader sends its appends while it writes its own copy (thesis §10.2.1): it counts
+        // its own log toward a commit only when it steps a follower's answer, which happens
+        // after this Ready is persisted. Not when this Ready changes term or vote: those
+        // must be on disk before anyone hears of them.
+        let persisted = self.node.storage().hard_state();
+        let send_first = self.node.role() == StateRole::Leader
+            && rd
+                .hard_state
+                .is_none_or(|hs| hs.term == persisted.term && hs.vote == persisted.vote);
+        if send_first {
+            self.send(std::mem::take(&mut rd.messages))?;
+        }
         if let Some(snap) = &rd.snapshot {
             self.save_received_snapshot(snap)?;
         }
@@ -243,21 +265,19 @@ impl RaftLoop {
         if let Some(hs) = rd.hard_state {
             self.node.storage_mut().set_hard_state(hs);
         }
-        if let Some(snap) = &rd.snapshot {
+        if let Some(snap) = rd.snapshot.take() {
             self.node
                 .storage_mut()
                 .apply_snapshot(snap.clone())
                 .map_err(|e| format!("cannot install the leader's snapshot: {e}"))?;
-            self.install_snapshot(snap)?;
+            self.snapshot_index = snap.metadata.as_ref().map_or(0, |m| m.index);
+            self.to_apply(ApplyTask::InstallSnapshot(snap))?;
         }
         self.node.storage_mut().append(&rd.entries);
-        // Sent only once persisted: a vote or an append acknowledgement must survive a crash.
-        self.send(std::mem::take(&mut rd.messages));
-        let mut last_applied = None;
-        for e in &rd.committed_entries {
-            self.apply_entry(e);
-            last_applied = Some(e.index);
-        }
+        // A follower's messages promise what is on disk (votes, acknowledgements): sent only
+        // once persisted.
+        self.send(std::mem::take(&mut rd.messages))?;
+        self.hand_committed(std::mem::take(&mut rd.committed_entries))?;
         for rs in &rd.read_states {
             if let Some((seq, _)) = in_flight
                 && rs.request_ctx == seq.to_be_bytes()
@@ -269,51 +289,72 @@ impl RaftLoop {
             }
         }
         self.node.advance(rd);
-        if let Some(i) = last_applied {
-            self.applied_index = i;
-            self.shared.set_applied(i);
-            if i.saturating_sub(self.snapshot_index) > self.shared.cfg.snapshot_count {
-                self.snapshot()?;
+        Ok(())
+    }
+
+    /// Hands committed entries to the apply thread. A conf change is applied here, to raft
+    /// and to the member records, once every entry before it is applied.
+    fn hand_committed(&mut self, entries: Vec<Entry>) -> Result<(), String> {
+        let mut batch = Vec::new();
+        for e in entries {
+            if e.r#type != EntryType::EntryConfChange as i32 {
+                batch.push(e);
+                continue;
             }
+            if !batch.is_empty() {
+                self.to_apply(ApplyTask::Entries(std::mem::take(&mut batch)))?;
+            }
+            self.wait_applied()?;
+            match ConfChange::decode(e.data()) {
+                Ok(cc) => self.apply_conf_change(&e, &cc),
+                Err(err) => {
+                    tracing::error!(index = e.index, error = %err, "skipping an undecodable conf change")
+                }
+            }
+            self.shared.set_applied_entry(e.index, e.term);
+        }
+        if !batch.is_empty() {
+            self.to_apply(ApplyTask::Entries(batch))?;
         }
         Ok(())
     }
 
-    /// Takes a raft snapshot at the applied index (etcd's --snapshot-count): the backend is
-    /// committed first (the snapshot promises the db holds everything up to it), then the .snap
-    /// file, the WAL marker, the log compaction and the purge of old files.
-    fn snapshot(&mut self) -> Result<(), String> {
-        let index = self.applied_index;
-        self.shared
-            .kv
-            .backend()
-            .force_commit()
-            .map_err(|e| format!("backend commit before a snapshot failed: {e}"))?;
-        // The data carries the v2 store membership etcd 3.4 reads at boot, so a real etcd
-        // can take over this data dir.
-        let v2_image = crate::membership::v2store::membership_image(
-            &super::bootstrap::load_members(&self.shared.kv),
-        );
-        let snap: Snapshot = self
-            .node
-            .storage_mut()
-            .create_snapshot(index, Some(self.conf_state.clone()), v2_image)
-            .map_err(|e| format!("creating a snapshot at {index} failed: {e}"))?
-            .clone();
-        let term = snap.metadata.as_ref().map(|m| m.term).unwrap_or(0);
-        self.snapshotter
-            .save_snap(&snap)
-            .map_err(|e| format!("saving the snapshot at {index} failed: {e}"))?;
+    fn to_apply(&self, task: ApplyTask) -> Result<(), String> {
+        self.apply_tx
+            .send(task)
+            .map_err(|_| "the apply thread stopped".to_string())
+    }
+
+    /// Waits until the apply thread has applied everything handed to it.
+    fn wait_applied(&self) -> Result<(), String> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.to_apply(ApplyTask::Barrier(tx))?;
+        rx.recv()
+            .map_err(|_| "the apply thread stopped".to_string())
+    }
+
+    /// Records a snapshot the apply thread took (its .snap file is written): the WAL marker
+    /// makes it the one a restart loads; then the log behind it is compacted, keeping
+    /// --experimental-snapshot-catchup-entries for slow followers, and old files are purged.
+    fn record_snapshot(&mut self, snap: &Snapshot) -> Result<(), String> {
+        let md = snap.metadata.clone().unwrap_or_default();
+        let index = md.index;
+        if index <= self.snapshot_index {
+            // The leader's snapshot, installed meanwhile, is newer.
+            return Ok(());
+        }
         self.wal
             .save_snapshot(&walpb::Snapshot {
                 index,
-                term,
-                conf_state: Some(self.conf_state.clone()),
+                term: md.term,
+                conf_state: md.conf_state.clone(),
             })
             .map_err(|e| format!("saving the snapshot marker at {index} failed: {e}"))?;
         self.wal.release_lock_to(index);
-        // Entries kept behind the snapshot so a slow follower can catch up without a
-        // snapshot transfer (--experimental-snapshot-catchup-entries).
+        self.node
+            .storage_mut()
+            .create_snapshot(index, md.conf_state.clone(), snap.data().to_vec())
+            .map_err(|e| format!("creating a snapshot at {index} failed: {e}"))?;
         let keep = self.shared.cfg.experimental_snapshot_catchup_entries;
         if index > keep {
             let _ = self.node.storage_mut().compact(index - keep);
@@ -321,87 +362,9 @@ impl RaftLoop {
         self.snapshot_index = index;
         // The raft log behind the snapshot was just dropped.
         super::heap::release_soon();
-        tracing::info!(snapshot_index = index, term, "saved snapshot");
-        let cfg = &self.shared.cfg;
-        match common::wal::purge(&cfg.wal_dir(), cfg.max_wals) {
-            Ok(removed) => {
-                for f in removed {
-                    tracing::info!(path = %f.display(), "purged file");
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "failed to purge WAL files"),
-        }
-        match self.snapshotter.purge(cfg.max_snapshots) {
-            Ok(removed) => {
-                for f in removed {
-                    tracing::info!(path = %f.display(), "purged file");
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "failed to purge snap files"),
-        }
+        tracing::info!(snapshot_index = index, term = md.term, "saved snapshot");
+        let _ = self.purge_tx.try_send(());
         Ok(())
-    }
-
-    fn apply_entry(&mut self, e: &Entry) {
-        match EntryType::try_from(e.r#type) {
-            Ok(EntryType::EntryNormal) => {
-                let mut effects = Vec::new();
-                let started = Instant::now();
-                let applied = apply::apply_normal(
-                    &self.shared.kv,
-                    e,
-                    &self.shared.lessor,
-                    &self.shared.alarms,
-                    &self.shared.auth,
-                    &mut effects,
-                );
-                let took = started.elapsed();
-                let expected = self.shared.cfg.experimental_warning_apply_duration;
-                if !expected.is_zero() && took > expected {
-                    tracing::warn!(
-                        took = ?took,
-                        "expected-duration" = ?expected,
-                        index = e.index,
-                        request_bytes = e.data().len(),
-                        "apply request took too long"
-                    );
-                }
-                if let Some((id, outcome)) = applied
-                    && id != 0
-                {
-                    self.shared.wait.trigger(id, outcome);
-                }
-                for eff in effects {
-                    match eff {
-                        Effect::MemberAttributes {
-                            id,
-                            name,
-                            client_urls,
-                        } => {
-                            self.shared.update_member(id, |m| {
-                                m.name = name.clone();
-                                m.client_urls = client_urls.clone();
-                            });
-                        }
-                        Effect::ClusterVersion(v) => {
-                            tracing::info!(cluster_version = %v, "set initial cluster version");
-                            tracing::info!(cluster_version = %v, "enabled capabilities for version");
-                        }
-                    }
-                }
-            }
-            Ok(EntryType::EntryConfChange) => {
-                let cc = match ConfChange::decode(e.data()) {
-                    Ok(cc) => cc,
-                    Err(err) => {
-                        tracing::error!(index = e.index, error = %err, "skipping an undecodable conf change");
-                        return;
-                    }
-                };
-                self.apply_conf_change(e, &cc);
-            }
-            _ => tracing::warn!(index = e.index, "skipping an entry of an unsupported type"),
-        }
     }
 }
 
@@ -437,7 +400,7 @@ impl RaftLoop {
         if verdict.is_ok() {
             let cs = self.node.apply_conf_change(cc);
             tracing::info!(voters = ?cs.voters, learners = ?cs.learners, "applied a configuration change");
-            self.conf_state = cs;
+            self.shared.set_conf_state(cs);
         } else if let Err(err) = &verdict {
             tracing::warn!(node_id = %id_hex(cc.node_id), error = %err.message, "refused a configuration change");
         }
@@ -487,7 +450,8 @@ impl RaftLoop {
             _ => false,
         };
         if apply {
-            self.conf_state = self.node.apply_conf_change(cc);
+            let cs = self.node.apply_conf_change(cc);
+            self.shared.set_conf_state(cs);
         }
         if cc.r#type == ConfChangeType::ConfChangeRemoveNode as i32
             && cc.node_id == self.shared.member_id
@@ -498,56 +462,22 @@ impl RaftLoop {
         }
     }
 
-    /// Hands messages to the transport; a snapshot message gets this member's db image.
-    fn send(&mut self, msgs: Vec<Message>) {
+    /// Hands messages to the transport; a snapshot message goes to the apply thread, which
+    /// builds the db image as of its applied index.
+    fn send(&mut self, msgs: Vec<Message>) -> Result<(), String> {
         if msgs.is_empty() {
-            return;
+            return Ok(());
         }
         let mut plain = Vec::with_capacity(msgs.len());
         for m in msgs {
             if m.r#type == MessageType::MsgSnap as i32 {
-                self.send_snapshot(m);
+                self.to_apply(ApplyTask::SendSnapshot(m))?;
             } else {
                 plain.push(m);
             }
         }
         self.transport.send(plain);
-    }
-
-    /// etcd's merged snapshot: raft's snapshot message re-stamped with the applied index (and
-    /// its term and membership), sent with the backend image at exactly that index.
-    fn send_snapshot(&mut self, mut m: Message) {
-        let to = m.to;
-        let backend = self.shared.kv.backend();
-        if let Err(e) = backend.force_commit() {
-            tracing::warn!(error = %e, "cannot commit the backend for a snapshot; will retry");
-            self.node.report_snapshot(to, SnapshotStatus::Failure);
-            return;
-        }
-        let db = backend.db();
-        let tx = db.begin_read();
-        let index = self.applied_index;
-        let term = match self.node.storage().term(index) {
-            Ok(t) => t,
-            Err(e) => {
-                tracing::warn!(index, error = %e, "no term for the applied index; snapshot not sent");
-                self.node.report_snapshot(to, SnapshotStatus::Failure);
-                return;
-            }
-        };
-        // The v2 store membership as of the image, not of raft's older snapshot.
-        let data = crate::membership::v2store::membership_image(&super::bootstrap::load_members(
-            &self.shared.kv,
-        ));
-        m.snapshot = Some(Snapshot {
-            data: Some(data),
-            metadata: Some(SnapshotMetadata {
-                conf_state: Some(self.conf_state.clone()),
-                index,
-                term,
-            }),
-        });
-        self.transport.send_snapshot(m, db, tx);
+        Ok(())
     }
 
     /// A follower's first step with the leader's snapshot: its db image (received before the
@@ -567,45 +497,6 @@ impl RaftLoop {
                 conf_state: md.conf_state.clone(),
             })
             .map_err(|e| format!("saving the snapshot marker at {} failed: {e}", md.index))?;
-        Ok(())
-    }
-
-    /// Swaps the leader's db image in for ours and rebuilds everything derived from the db.
-    fn install_snapshot(&mut self, snap: &Snapshot) -> Result<(), String> {
-        let md = snap.metadata.clone().unwrap_or_default();
-        let cfg = &self.shared.cfg;
-        super::bootstrap::install_snapshot_db(&self.snapshotter, md.index, &cfg.backend_path())
-            .map_err(|e| e.to_string())?;
-        let db = common::backend::Db::open(cfg.backend_path())
-            .map_err(|e| format!("cannot open the db received from the leader: {e}"))?;
-        self.shared
-            .kv
-            .restore(db)
-            .map_err(|e| format!("cannot load the db received from the leader: {e}"))?;
-        let kv = &self.shared.kv;
-        self.shared
-            .lessor
-            .replace_with(super::bootstrap::leases_of(cfg, kv));
-        self.shared.alarms.reload(kv);
-        self.shared.auth.reload(kv);
-        let members = super::bootstrap::load_members(kv);
-        let removed = super::bootstrap::load_removed(kv);
-        for m in &members {
-            self.transport.set_peer(m.id, m.peer_urls.clone());
-        }
-        for id in &removed {
-            self.transport.remove_peer(*id);
-        }
-        self.shared.set_members(members, removed);
-        self.conf_state = md.conf_state.unwrap_or_default();
-        self.snapshot_index = md.index;
-        self.applied_index = md.index;
-        self.shared.set_applied(md.index);
-        tracing::info!(
-            snapshot_index = md.index,
-            revision = kv.current_rev(),
-            "applied the leader's snapshot to the backend"
-        );
         Ok(())
     }
 }

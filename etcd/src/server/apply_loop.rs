@@ -1,0 +1,237 @@
+// The apply thread: applies the entries the raft thread hands it (in log order), installs the
+// leader's snapshots, takes this member's snapshots and builds the db images sent to followers.
+//
+// Keeping this work off the raft thread is what lets raft tick and heartbeat while a large apply,
+// a backend commit or a snapshot install runs (a stalled raft thread costs the cluster its leader).
+
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, SyncSender};
+use std::time::Instant;
+
+use proto::raftpb::{Entry, EntryType, Message, Snapshot, SnapshotMetadata};
+
+use super::Shared;
+use super::apply::{self, Effect};
+use super::raft_loop::RaftMsg;
+use crate::transport::{Report, Transport};
+use common::snap::Snapshotter;
+
+/// Batches the apply queue holds before the raft thread waits for the apply thread. Proposals
+/// are refused well before this fills (`MAX_APPLY_GAP`), so it is a backstop, not a throttle.
+pub const APPLY_QUEUE: usize = 1024;
+
+/// Committed but unapplied entries beyond which new proposals are refused with "too many
+/// requests" (etcd's maxGapBetweenApplyAndCommitIndex).
+pub const MAX_APPLY_GAP: u64 = 5000;
+
+/// Work for the apply thread, in log order.
+pub enum ApplyTask {
+    /// Committed normal entries (conf changes are applied by the raft thread, see `Barrier`).
+    Entries(Vec<Entry>),
+    /// The leader's snapshot, already durable (.snap file, WAL marker, db image received):
+    /// swap the db in and rebuild what derives from it.
+    InstallSnapshot(Snapshot),
+    /// Build this member's db image as of the applied index and stream it with `MsgSnap`.
+    SendSnapshot(Message),
+    /// Answer once everything queued before is applied (the raft thread applies a conf change
+    /// only then, so it sees the same state every member sees at that index).
+    Barrier(SyncSender<()>),
+}
+
+pub struct ApplyLoop {
+    pub shared: Arc<Shared>,
+    pub rx: Receiver<ApplyTask>,
+    pub raft_tx: std::sync::mpsc::Sender<RaftMsg>,
+    pub transport: Arc<Transport>,
+    pub snapshotter: Snapshotter,
+    /// The index of this member's newest snapshot (its own or the leader's).
+    pub snapshot_index: u64,
+}
+
+impl ApplyLoop {
+    pub fn run(mut self) {
+        while let Ok(task) = self.rx.recv() {
+            if self.shared.failure().is_some() {
+                // A failed member applies nothing more; raft stops on its own.
+                continue;
+            }
+            match task {
+                ApplyTask::Entries(entries) => {
+                    for e in &entries {
+                        self.apply_entry(e);
+                    }
+                    self.maybe_snapshot();
+                }
+                ApplyTask::InstallSnapshot(snap) => {
+                    if let Err(e) = self.install_snapshot(&snap) {
+                        tracing::error!(error = %e, "cannot install the leader's snapshot; stopping the server");
+                        self.shared.fail(e);
+                    }
+                }
+                ApplyTask::SendSnapshot(m) => self.send_snapshot(m),
+                ApplyTask::Barrier(done) => {
+                    let _ = done.send(());
+                }
+            }
+        }
+    }
+
+    fn apply_entry(&mut self, e: &Entry) {
+        if EntryType::try_from(e.r#type) != Ok(EntryType::EntryNormal) {
+            tracing::warn!(index = e.index, "skipping an entry of an unsupported type");
+            self.shared.set_applied_entry(e.index, e.term);
+            return;
+        }
+        let mut effects = Vec::new();
+        let started = Instant::now();
+        let applied = apply::apply_normal(
+            &self.shared.kv,
+            e,
+            &self.shared.lessor,
+            &self.shared.alarms,
+            &self.shared.auth,
+            &mut effects,
+        );
+        let took = started.elapsed();
+        let expected = self.shared.cfg.experimental_warning_apply_duration;
+        if !expected.is_zero() && took > expected {
+            tracing::warn!(
+                took = ?took,
+                "expected-duration" = ?expected,
+                index = e.index,
+                request_bytes = e.data().len(),
+                "apply request took too long"
+            );
+        }
+        self.shared.set_applied_entry(e.index, e.term);
+        if let Some((id, outcome)) = applied
+            && id != 0
+        {
+            self.shared.wait.trigger(id, outcome);
+        }
+        for eff in effects {
+            match eff {
+                Effect::MemberAttributes {
+                    id,
+                    name,
+                    client_urls,
+                } => {
+                    self.shared.update_member(id, |m| {
+                        m.name = name.clone();
+                        m.client_urls = client_urls.clone();
+                    });
+                }
+                Effect::ClusterVersion(v) => {
+                    tracing::info!(cluster_version = %v, "set initial cluster version");
+                    tracing::info!(cluster_version = %v, "enabled capabilities for version");
+                }
+            }
+        }
+    }
+
+    /// Takes a snapshot every --snapshot-count applied entries: the backend is committed
+    /// first (the snapshot promises the db holds everything up to it), then the .snap file is
+    /// written here; the raft thread records the WAL marker and compacts its log.
+    fn maybe_snapshot(&mut self) {
+        let (index, term) = self.shared.applied_entry();
+        if index.saturating_sub(self.snapshot_index) <= self.shared.cfg.snapshot_count {
+            return;
+        }
+        if let Err(e) = self.shared.kv.backend().force_commit() {
+            tracing::error!(error = %e, "backend commit before a snapshot failed; stopping the server");
+            self.shared
+                .fail(format!("backend commit before a snapshot failed: {e}"));
+            return;
+        }
+        // The data carries the v2 store membership etcd 3.4 reads at boot, so a real etcd
+        // can take over this data dir.
+        let data = crate::membership::v2store::membership_image(&super::bootstrap::load_members(
+            &self.shared.kv,
+        ));
+        let snap = Snapshot {
+            data: Some(data),
+            metadata: Some(SnapshotMetadata {
+                conf_state: Some(self.shared.conf_state()),
+                index,
+                term,
+            }),
+        };
+        if let Err(e) = self.snapshotter.save_snap(&snap) {
+            tracing::error!(error = %e, "saving the snapshot failed; stopping the server");
+            self.shared
+                .fail(format!("saving the snapshot at {index} failed: {e}"));
+            return;
+        }
+        self.snapshot_index = index;
+        let _ = self.raft_tx.send(RaftMsg::SnapshotSaved(Box::new(snap)));
+    }
+
+    /// etcd's merged snapshot: raft's snapshot message re-stamped with the applied index (and
+    /// its term and membership), sent with the backend image at exactly that index.
+    fn send_snapshot(&mut self, mut m: Message) {
+        let to = m.to;
+        let backend = self.shared.kv.backend();
+        if let Err(e) = backend.force_commit() {
+            tracing::warn!(error = %e, "cannot commit the backend for a snapshot; will retry");
+            let _ = self
+                .raft_tx
+                .send(RaftMsg::Report(Report::Snapshot { to, ok: false }));
+            return;
+        }
+        let db = backend.db();
+        let tx = db.begin_read();
+        let (index, term) = self.shared.applied_entry();
+        // The v2 store membership as of the image, not of raft's older snapshot.
+        let data = crate::membership::v2store::membership_image(&super::bootstrap::load_members(
+            &self.shared.kv,
+        ));
+        m.snapshot = Some(Snapshot {
+            data: Some(data),
+            metadata: Some(SnapshotMetadata {
+                conf_state: Some(self.shared.conf_state()),
+                index,
+                term,
+            }),
+        });
+        self.transport.send_snapshot(m, db, tx);
+    }
+
+    /// Swaps the leader's db image in for ours and rebuilds everything derived from the db.
+    fn install_snapshot(&mut self, snap: &Snapshot) -> Result<(), String> {
+        let md = snap.metadata.clone().unwrap_or_default();
+        let cfg = &self.shared.cfg;
+        super::bootstrap::install_snapshot_db(&self.snapshotter, md.index, &cfg.backend_path())
+            .map_err(|e| e.to_string())?;
+        let db = common::backend::Db::open(cfg.backend_path())
+            .map_err(|e| format!("cannot open the db received from the leader: {e}"))?;
+        self.shared
+            .kv
+            .restore(db)
+            .map_err(|e| format!("cannot load the db received from the leader: {e}"))?;
+        let kv = &self.shared.kv;
+        self.shared
+            .lessor
+            .replace_with(super::bootstrap::leases_of(cfg, kv));
+        self.shared.alarms.reload(kv);
+        self.shared.auth.reload(kv);
+        let members = super::bootstrap::load_members(kv);
+        let removed = super::bootstrap::load_removed(kv);
+        for m in &members {
+            self.transport.set_peer(m.id, m.peer_urls.clone());
+        }
+        for id in &removed {
+            self.transport.remove_peer(*id);
+        }
+        self.shared.set_members(members, removed);
+        self.shared
+            .set_conf_state(md.conf_state.clone().unwrap_or_default());
+        self.snapshot_index = md.index;
+        self.shared.set_applied_entry(md.index, md.term);
+        tracing::info!(
+            snapshot_index = md.index,
+            revision = kv.current_rev(),
+            "applied the leader's snapshot to the backend"
+        );
+        Ok(())
+    }
+}

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use harness::{Client, OURS, Server, Twin, mask_client_noise, normalise_durations};
 use pty::{Term, screen};
+use support::HttpsMember;
 
 /// Go's etcdctl turns echo off by running `stty` after it prints a password prompt: keys
 /// typed sooner would be echoed, so a person (and this test) waits a moment.
@@ -151,6 +152,12 @@ fn compare(twin: &Twin, sessions: &[Session]) -> Vec<String> {
     failures
 }
 
+/// Plays the sessions on a fresh pair of twin servers; every screen must match.
+fn sessions_match(sessions: &[Session]) {
+    let twin = Twin::start();
+    assert_same(compare(&twin, sessions));
+}
+
 fn assert_same(failures: Vec<String>) {
     assert!(
         failures.is_empty(),
@@ -163,233 +170,188 @@ fn assert_same(failures: Vec<String>) {
 /// Password prompts of `user add` and `user passwd` on a terminal, and their errors.
 #[test]
 fn password_prompts_match() {
-    let twin = Twin::start();
-    assert_same(compare(
-        &twin,
-        &[
-            typed(
-                &["user", "add", "u1"],
-                &[
-                    Wait("Password of u1: "),
-                    Sleep(ECHO_OFF_MS),
-                    Type("pw1\n"),
-                    Wait("confirmation: "),
-                    Sleep(ECHO_OFF_MS),
-                    Type("pw1\n"),
-                ],
-            ),
-            typed(
-                &["user", "add", "u2"],
-                &[
-                    Wait("Password of u2: "),
-                    Sleep(ECHO_OFF_MS),
-                    Type("pw1\n"),
-                    Wait("confirmation: "),
-                    Sleep(ECHO_OFF_MS),
-                    Type("other\n"),
-                ],
-            ),
-            typed(
-                &["user", "add", "u3"],
-                &[Wait("Password of u3: "), Sleep(ECHO_OFF_MS), Type("\n")],
-            ),
-            run(&["user", "add", ":pw"]),
-            run(&["user", "add", "u4:pw4"]),
-            typed(
-                &["user", "passwd", "u1"],
-                &[
-                    Wait("Password of u1: "),
-                    Sleep(ECHO_OFF_MS),
-                    Type("pw2\n"),
-                    Wait("confirmation: "),
-                    Sleep(ECHO_OFF_MS),
-                    Type("pw2\n"),
-                ],
-            ),
-            typed(
-                &["user", "passwd", "nobody"],
-                &[
-                    Wait("Password of nobody: "),
-                    Sleep(ECHO_OFF_MS),
-                    Type("pw2\n"),
-                    Wait("confirmation: "),
-                    Sleep(ECHO_OFF_MS),
-                    Type("pw2\n"),
-                ],
-            ),
-            run(&["user", "list"]),
-        ],
-    ));
+    sessions_match(&[
+        typed(
+            &["user", "add", "u1"],
+            &[
+                Wait("Password of u1: "),
+                Sleep(ECHO_OFF_MS),
+                Type("pw1\n"),
+                Wait("confirmation: "),
+                Sleep(ECHO_OFF_MS),
+                Type("pw1\n"),
+            ],
+        ),
+        typed(
+            &["user", "add", "u2"],
+            &[
+                Wait("Password of u2: "),
+                Sleep(ECHO_OFF_MS),
+                Type("pw1\n"),
+                Wait("confirmation: "),
+                Sleep(ECHO_OFF_MS),
+                Type("other\n"),
+            ],
+        ),
+        typed(
+            &["user", "add", "u3"],
+            &[Wait("Password of u3: "), Sleep(ECHO_OFF_MS), Type("\n")],
+        ),
+        run(&["user", "add", ":pw"]),
+        run(&["user", "add", "u4:pw4"]),
+        typed(
+            &["user", "passwd", "u1"],
+            &[
+                Wait("Password of u1: "),
+                Sleep(ECHO_OFF_MS),
+                Type("pw2\n"),
+                Wait("confirmation: "),
+                Sleep(ECHO_OFF_MS),
+                Type("pw2\n"),
+            ],
+        ),
+        typed(
+            &["user", "passwd", "nobody"],
+            &[
+                Wait("Password of nobody: "),
+                Sleep(ECHO_OFF_MS),
+                Type("pw2\n"),
+                Wait("confirmation: "),
+                Sleep(ECHO_OFF_MS),
+                Type("pw2\n"),
+            ],
+        ),
+        run(&["user", "list"]),
+    ]);
 }
 
 /// `txn -i` and `watch -i`: their prompts, answers and the errors of bad lines.
 #[test]
 fn interactive_modes_match() {
-    let twin = Twin::start();
-    assert_same(compare(
-        &twin,
-        &[
-            run(&["put", "a", "1"]),
-            typed(
-                &["txn", "-i"],
-                &[
-                    Wait("compares:"),
-                    Type("value(\"a\") = \"1\"\n\n"),
-                    Wait("success requests"),
-                    Type("put a 2\nget a\n\n"),
-                    Wait("failure requests"),
-                    Type("get a\n\n"),
-                ],
-            ),
-            typed(
-                &["txn", "-i"],
-                &[Wait("compares:"), Type("value(\"a\") = \n\n")],
-            ),
-            typed(
-                &["txn", "-i"],
-                &[
-                    Wait("compares:"),
-                    Type("\n"),
-                    Wait("success requests"),
-                    Type("bogus a\n\n"),
-                ],
-            ),
-            until_ctrl_c(
-                &["watch", "-i"],
-                &[
-                    Type("watch w1\n"),
-                    Sleep(500),
-                    Put("w1", "v1"),
-                    Sleep(500),
-                    Type("bogus\n"),
-                    Sleep(300),
-                    Type("watch\n"),
-                    Sleep(300),
-                    Type("watch w2 --rev=1\n"),
-                    Sleep(500),
-                ],
-                500,
-            ),
-        ],
-    ));
+    sessions_match(&[
+        run(&["put", "a", "1"]),
+        typed(
+            &["txn", "-i"],
+            &[
+                Wait("compares:"),
+                Type("value(\"a\") = \"1\"\n\n"),
+                Wait("success requests"),
+                Type("put a 2\nget a\n\n"),
+                Wait("failure requests"),
+                Type("get a\n\n"),
+            ],
+        ),
+        typed(
+            &["txn", "-i"],
+            &[Wait("compares:"), Type("value(\"a\") = \n\n")],
+        ),
+        typed(
+            &["txn", "-i"],
+            &[
+                Wait("compares:"),
+                Type("\n"),
+                Wait("success requests"),
+                Type("bogus a\n\n"),
+            ],
+        ),
+        until_ctrl_c(
+            &["watch", "-i"],
+            &[
+                Type("watch w1\n"),
+                Sleep(500),
+                Put("w1", "v1"),
+                Sleep(500),
+                Type("bogus\n"),
+                Sleep(300),
+                Type("watch\n"),
+                Sleep(300),
+                Type("watch w2 --rev=1\n"),
+                Sleep(500),
+            ],
+            500,
+        ),
+    ]);
 }
 
 /// Command names by unique prefix (cobra's prefix matching), ambiguous prefixes, help topics.
 #[test]
 fn command_prefixes_match() {
-    let twin = Twin::start();
-    assert_same(compare(
-        &twin,
-        &[
-            run(&["mem", "li"]),
-            run(&["role", "ad", "r1"]),
-            run(&["ro", "gr", "r1", "read", "foo"]),
-            run(&["role", "g", "r1"]),
-            run(&["us", "li"]),
-            run(&["pu", "k", "v"]),
-            run(&["ge", "k"]),
-            // Ambiguous: cobra finds no command and suggests (ours has no `migrate`).
-            run(&["e"]),
-            run(&["co", "5"]),
-            run(&["help", "mem"]),
-            run(&["end", "he", "-w", "json"]),
-        ],
-    ));
+    sessions_match(&[
+        run(&["mem", "li"]),
+        run(&["role", "ad", "r1"]),
+        run(&["ro", "gr", "r1", "read", "foo"]),
+        run(&["role", "g", "r1"]),
+        run(&["us", "li"]),
+        run(&["pu", "k", "v"]),
+        run(&["ge", "k"]),
+        // Ambiguous: cobra finds no command and suggests (ours has no `migrate`).
+        run(&["e"]),
+        run(&["co", "5"]),
+        run(&["help", "mem"]),
+        run(&["end", "he", "-w", "json"]),
+    ]);
 }
 
 /// Arguments are bytes; durations of 0; errors with clientv3's warning line before them.
 #[test]
 fn bytes_durations_and_errors_match() {
-    let twin = Twin::start();
-    assert_same(compare(
-        &twin,
-        &[
-            run(&["put", "k\\xff", "v\\xfe"]),
-            run(&["get", "k\\xff"]),
-            run(&["get", "k\\xff", "--hex"]),
-            run(&["get", "k\\xff", "-w", "json"]),
-            run(&["del", "k\\xff"]),
-            run(&["--dial-timeout=0", "put", "d", "0"]),
-            run(&["--command-timeout=0", "get", "d"]),
-            run(&["--keepalive-time=0", "get", "d"]),
-            run(&["get", "d", "--rev=100"]),
-            run(&["lease", "revoke", "5"]),
-            run(&["role", "get", "nope"]),
-            run(&["move-leader", "5"]),
-        ],
-    ));
+    sessions_match(&[
+        run(&["put", "k\\xff", "v\\xfe"]),
+        run(&["get", "k\\xff"]),
+        run(&["get", "k\\xff", "--hex"]),
+        run(&["get", "k\\xff", "-w", "json"]),
+        run(&["del", "k\\xff"]),
+        run(&["--dial-timeout=0", "put", "d", "0"]),
+        run(&["--command-timeout=0", "get", "d"]),
+        run(&["--keepalive-time=0", "get", "d"]),
+        run(&["get", "d", "--rev=100"]),
+        run(&["lease", "revoke", "5"]),
+        run(&["role", "get", "nope"]),
+        run(&["move-leader", "5"]),
+    ]);
 }
 
 /// watch, lock and elect with a command, and on a terminal until Ctrl-C.
 #[test]
 fn watch_lock_elect_on_a_terminal_match() {
-    let twin = Twin::start();
-    assert_same(compare(
-        &twin,
-        &[
-            until_ctrl_c(
-                &[
-                    "watch",
-                    "wk",
-                    "--",
-                    "sh",
-                    "-c",
-                    "echo got $ETCD_WATCH_EVENT_TYPE $ETCD_WATCH_KEY $ETCD_WATCH_VALUE",
-                ],
-                &[Sleep(700), Put("wk", "x1"), Wait("got"), Sleep(300)],
-                300,
-            ),
-            until_ctrl_c(
-                &["watch", "wk", "--prefix"],
-                &[Sleep(700), Put("wk2", "x2"), Wait("x2"), Sleep(300)],
-                300,
-            ),
-            run(&["lock", "l1", "echo", "locked"]),
-            run(&["lock", "l1", "sh", "-c", "exit 3"]),
-            until_ctrl_c(&["lock", "l2"], &[Wait("l2/"), Sleep(300)], 300),
-            until_ctrl_c(&["elect", "e1", "p1"], &[Wait("e1/"), Sleep(300)], 300),
-            run(&["get", "--prefix", "l"]),
-            run(&["get", "--prefix", "e"]),
-        ],
-    ));
+    sessions_match(&[
+        until_ctrl_c(
+            &[
+                "watch",
+                "wk",
+                "--",
+                "sh",
+                "-c",
+                "echo got $ETCD_WATCH_EVENT_TYPE $ETCD_WATCH_KEY $ETCD_WATCH_VALUE",
+            ],
+            &[Sleep(700), Put("wk", "x1"), Wait("got"), Sleep(300)],
+            300,
+        ),
+        until_ctrl_c(
+            &["watch", "wk", "--prefix"],
+            &[Sleep(700), Put("wk2", "x2"), Wait("x2"), Sleep(300)],
+            300,
+        ),
+        run(&["lock", "l1", "echo", "locked"]),
+        run(&["lock", "l1", "sh", "-c", "exit 3"]),
+        until_ctrl_c(&["lock", "l2"], &[Wait("l2/"), Sleep(300)], 300),
+        until_ctrl_c(&["elect", "e1", "p1"], &[Wait("e1/"), Sleep(300)], 300),
+        run(&["get", "--prefix", "l"]),
+        run(&["get", "--prefix", "e"]),
+    ]);
 }
 
 /// A single member on an https client URL with --auto-tls (a self-signed P-521 certificate
-/// from etcd 3.4, a P-256 one from ours); killed when dropped.
-struct AutoTls {
-    child: std::process::Child,
-    url: String,
-}
+/// from etcd 3.4, a P-256 one from ours), healthy once started.
+struct AutoTls(HttpsMember);
 
 /// The flags etcdctl 3.4 needs for TLS without a CA file.
 const SKIP_VERIFY: [&str; 2] = ["--insecure-transport=false", "--insecure-skip-tls-verify"];
 
 impl AutoTls {
     fn start(bin: &str, dir: &std::path::Path) -> AutoTls {
-        let url = format!("https://127.0.0.1:{}", support::free_port());
-        let peer = format!("http://127.0.0.1:{}", support::free_port());
         let log = std::fs::File::create(dir.with_extension("log")).expect("log file");
-        let child = std::process::Command::new(bin)
-            .args(["--name", "tls", "--auto-tls", "--data-dir"])
-            .arg(dir)
-            .args([
-                "--listen-client-urls",
-                &url,
-                "--advertise-client-urls",
-                &url,
-            ])
-            .args([
-                "--listen-peer-urls",
-                &peer,
-                "--initial-advertise-peer-urls",
-                &peer,
-            ])
-            .arg(format!("--initial-cluster=tls={peer}"))
-            .stdout(std::process::Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn the server");
-        let s = AutoTls { child, url };
+        let s = AutoTls(HttpsMember::spawn(bin, dir, log.into(), &["--auto-tls"]));
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         while !s.etcdctl(&["endpoint", "health"]).status.success() {
             assert!(
@@ -401,22 +363,19 @@ impl AutoTls {
         s
     }
 
+    fn url(&self) -> &str {
+        &self.0.url
+    }
+
     /// The Go etcdctl over TLS, skipping verification.
     fn etcdctl(&self, args: &[&str]) -> std::process::Output {
         std::process::Command::new("etcdctl")
             .env("ETCDCTL_API", "3")
-            .arg(format!("--endpoints={}", self.url))
+            .arg(format!("--endpoints={}", self.url()))
             .args(SKIP_VERIFY)
             .args(args)
             .output()
             .expect("run etcdctl")
-    }
-}
-
-impl Drop for AutoTls {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -476,8 +435,8 @@ fn tls_to_an_auto_tls_server_matches() {
             let put = |k: &str, v: &str| {
                 assert!(server.etcdctl(&["put", k, v]).status.success());
             };
-            let url = server.url.clone();
-            play_on(client, &server.url, s, &put, &move |t| {
+            let url = server.url().to_string();
+            play_on(client, server.url(), s, &put, &move |t| {
                 normalise_durations(&t.replace(&url, "<CLIENT_URL>"))
             })
         };

@@ -225,6 +225,25 @@ fn password_prompts_match() {
     ]);
 }
 
+/// The login prompt of `--user` without a password once auth is on; a wrong password.
+#[test]
+fn login_prompt_matches() {
+    sessions_match(&[
+        run(&["user", "add", "root:rootpw"]),
+        run(&["auth", "enable"]),
+        typed(
+            &["--user", "root", "put", "a", "1"],
+            &[Wait("Password: "), Sleep(ECHO_OFF_MS), Type("rootpw\n")],
+        ),
+        typed(
+            &["--user", "root", "get", "a"],
+            &[Wait("Password: "), Sleep(ECHO_OFF_MS), Type("wrong\n")],
+        ),
+        run(&["get", "a"]),
+        run(&["--user", "root:rootpw", "auth", "disable"]),
+    ]);
+}
+
 /// `txn -i` and `watch -i`: their prompts, answers and the errors of bad lines.
 #[test]
 fn interactive_modes_match() {

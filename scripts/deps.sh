@@ -19,4 +19,6 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 # Debian's package may start a system etcd; our tests pick free ports, so it does not matter.
-etcd --version | head -1 >&2
+# sed reads all of it: head would close the pipe early, and with pipefail a SIGPIPE in etcd
+# fails the script now and then.
+etcd --version | sed -n 1p >&2

@@ -1,8 +1,17 @@
-// Three-member cluster benchmark, ours next to the real etcd 3.4 with the same flags in the
-// same run: put and linearizable range throughput with 64 clients spread over the members,
-// and leader failover time (kill -9 of the leader → first acknowledged write).
+// Three-member cluster benchmark: a 3-member etcd 3.4 cluster next to a 3-member etcd-rs
+// cluster with the same flags in the same run, both up for the whole run on free loopback ports.
+//
+// The workloads are issue 15's table, the same as the one-member server benchmark (load/mod.rs
+// describes each exactly). Clients spread their requests over the three members as clientv3
+// 3.4's round-robin balancer does (request n of client c goes to member (c + n) % 3, so
+// followers forward writes and serve linearizable reads by read index); BENCH_AT_LEADER=1
+// sends everything to the leader instead. Server CPU is summed over the three members, peak
+// RSS too; the db size is the largest member's. The raft term before and after the compaction
+// shows whether it cost the cluster its leader. Last, leader failover time (kill -9 of the
+// leader → first write acknowledged by another member).
 //
 // Run: scripts/bench.sh cluster   (needs Debian's etcd-server: scripts/deps.sh)
+// Sizes: the same BENCH_* variables as benches/server.rs.
 
 #[path = "../../common/tests/support/mod.rs"]
 mod support;
@@ -10,14 +19,13 @@ mod support;
 #[path = "../tests/cluster_support/mod.rs"]
 mod cluster_support;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+#[path = "load/mod.rs"]
+mod load;
+
 use std::time::{Duration, Instant};
 
-use proto::etcdserverpb::{PutRequest, RangeRequest, kv_client::KvClient};
+use proto::etcdserverpb::{PutRequest, kv_client::KvClient};
 use tonic::transport::{Channel, Endpoint};
-
-const OURS: &str = env!("CARGO_BIN_EXE_etcd");
 
 async fn client(url: &str) -> Option<KvClient<Channel>> {
     Endpoint::from_shared(url.to_string())
@@ -30,50 +38,6 @@ async fn client(url: &str) -> Option<KvClient<Channel>> {
         .map(KvClient::new)
 }
 
-/// Operations per second of 64 clients (16 per connection) spread over `urls` for `secs`.
-async fn load(urls: &[String], secs: f64, op: &'static str) -> f64 {
-    let done = Arc::new(AtomicU64::new(0));
-    let stop_at = Instant::now() + Duration::from_secs_f64(secs);
-    let mut conns = Vec::new();
-    for i in 0..4 {
-        conns.push(client(&urls[i % urls.len()]).await.expect("connect"));
-    }
-    let mut tasks = Vec::new();
-    for i in 0..64 {
-        let mut c = conns[i % conns.len()].clone();
-        let done = done.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut n = 0u64;
-            while Instant::now() < stop_at {
-                let ok = if op == "put" {
-                    c.put(PutRequest {
-                        key: format!("bench-{i}-{}", n % 1000).into_bytes(),
-                        value: vec![b'v'; 256],
-                        ..Default::default()
-                    })
-                    .await
-                    .is_ok()
-                } else {
-                    c.range(RangeRequest {
-                        key: format!("bench-{i}-{}", n % 1000).into_bytes(),
-                        ..Default::default()
-                    })
-                    .await
-                    .is_ok()
-                };
-                if ok {
-                    done.fetch_add(1, Ordering::Relaxed);
-                }
-                n += 1;
-            }
-        }));
-    }
-    for t in tasks {
-        let _ = t.await;
-    }
-    done.load(Ordering::Relaxed) as f64 / secs
-}
-
 /// Seconds from the kill of the leader to the first write acknowledged by another member.
 async fn failover(c: &mut cluster_support::Cluster) -> f64 {
     let leader = c.leader(Duration::from_secs(10));
@@ -83,7 +47,7 @@ async fn failover(c: &mut cluster_support::Cluster) -> f64 {
         .collect();
     let mut clients = Vec::new();
     for u in &others {
-        clients.push(client(u).await.expect("connect"));
+        clients.push(client(u).await.expect("connect to a surviving member"));
     }
     let started = Instant::now();
     c.nodes[leader].kill9();
@@ -109,43 +73,50 @@ async fn failover(c: &mut cluster_support::Cluster) -> f64 {
 }
 
 fn main() {
-    let secs: f64 = std::env::var("BENCH_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(5.0);
-    let only = std::env::var("BENCH_ONLY").ok();
+    let cfg = load::Config::from_env();
+    let at_leader = std::env::var("BENCH_AT_LEADER").is_ok_and(|v| v == "1");
     let tmp = tempfile::tempdir().expect("temp dir");
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let mut results = Vec::new();
-    for (name, bin) in [("etcd", "etcd"), ("ours", OURS)] {
-        if only.as_deref().is_some_and(|o| o != name) {
-            results.push((0.0, 0.0, 0.0));
-            continue;
+    let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
+    let mut clusters = load::SERVERS.map(|(name, bin)| {
+        cfg.runs(name)
+            .then(|| cluster_support::Cluster::start(bin, &tmp.path().join(name), 3, false, &[]))
+    });
+    let targets = std::array::from_fn(|i| {
+        let c = clusters[i].as_ref()?;
+        let members: Vec<String> = c.nodes.iter().map(|m| m.client_url.clone()).collect();
+        let urls = if at_leader {
+            vec![members[c.leader(Duration::from_secs(10))].clone()]
+        } else {
+            members.clone()
+        };
+        Some(load::Target {
+            name: load::SERVERS[i].0,
+            urls,
+            members,
+            pids: c
+                .nodes
+                .iter()
+                .flat_map(|m| m.child.as_ref())
+                .map(|ch| ch.id())
+                .collect(),
+            data_dirs: c.nodes.iter().map(|m| m.data_dir.clone()).collect(),
+        })
+    });
+    let mut table = load::run_suite(&rt, &cfg, &targets, true);
+    let mut fo = [0.0; 2];
+    for (i, c) in clusters.iter_mut().enumerate() {
+        if let Some(c) = c {
+            fo[i] = rt.block_on(failover(c));
         }
-        let mut c = cluster_support::Cluster::start(bin, &tmp.path().join(name), 3, false, &[]);
-        let urls: Vec<String> = c.nodes.iter().map(|m| m.client_url.clone()).collect();
-        let r = rt.block_on(async {
-            let put = load(&urls, secs, "put").await;
-            let range = load(&urls, secs, "range").await;
-            let fo = failover(&mut c).await;
-            (put, range, fo)
-        });
-        results.push(r);
     }
-    let (e, o) = (results[0], results[1]);
-    println!(
-        "3-member cluster benchmark: {secs}s per load, 64 clients over all members, 256-byte values"
-    );
-    println!(
-        "{:<44} {:>12} {:>12} {:>10}",
-        "", "etcd 3.4", "etcd-rs", "ours/etcd"
-    );
-    for (n, a, b) in [
-        ("put/s", e.0, o.0),
-        ("range/s linearizable", e.1, o.1),
-        ("failover s (kill -9 leader → first write)", e.2, o.2),
-    ] {
-        let ratio = if a > 0.0 { b / a } else { 0.0 };
-        println!("{n:<44} {a:>12.2} {b:>12.2} {ratio:>10.2}");
-    }
+    table.row("failover s (kill -9 leader → first write)", fo, "");
+    let spread = if at_leader {
+        "all clients at the leader"
+    } else {
+        "clients round robin over the members"
+    };
+    table.print(&format!(
+        "3-member cluster benchmark: {}s per timed load, 256-byte values, {spread}",
+        cfg.secs
+    ));
 }

@@ -11,7 +11,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use proto::etcdserverpb::{
     cluster_server::ClusterServer, kv_server::KvServer, lease_server::LeaseServer,
-    maintenance_server::MaintenanceServer, watch_server::WatchServer,
+    maintenance_server::MaintenanceServer,
 };
 use tokio::net::TcpListener;
 use tonic::codegen::Service;
@@ -23,7 +23,7 @@ use super::kv::KvService;
 use super::lease::LeaseService;
 use super::lock::LockService;
 use super::maintenance::MaintenanceService;
-use super::watch::WatchService;
+use super::watch::{WatchServer, WatchService};
 use crate::config::Url;
 use crate::http::{Body, Ctx, GrpcRoutes};
 use crate::metrics::grpc::GrpcMetrics;

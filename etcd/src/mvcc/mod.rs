@@ -6,6 +6,7 @@ pub mod index;
 pub mod key_index;
 pub mod revision;
 pub mod store;
+pub mod watch_hub;
 
 pub use compaction::CompactionConfig;
 pub use index::{Index, KeyRange};

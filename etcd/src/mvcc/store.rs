@@ -19,6 +19,7 @@ use proto::mvccpb::{Event, KeyValue, event::EventType};
 use super::compaction::{self, CompactionConfig, Jobs};
 use super::index::{Index, KeyRange};
 use super::revision::{Revision, is_tombstone};
+use super::watch_hub::{self, WatchHub};
 
 const CONSISTENT_INDEX_KEY: &[u8] = b"consistent_index";
 const TERM_KEY: &[u8] = b"term";
@@ -78,6 +79,8 @@ pub struct KvStore {
     generation: AtomicU64,
     /// Called after each finished compaction (the server gives freed heap back then).
     on_compacted: Mutex<Option<CompactedHook>>,
+    /// Synced watchers and the fan-out of each revision's events to them.
+    hub: Arc<WatchHub>,
 }
 
 /// Revisions kept in `Recent` at most, and their approximate bytes.
@@ -239,6 +242,7 @@ impl KvStore {
     pub fn open_with(backend: Arc<Batch>, compaction: CompactionConfig) -> Result<Arc<KvStore>> {
         let (state, scheduled) = load_state(&backend)?;
         let jobs = Arc::new(Jobs::default());
+        let hub = Arc::new(WatchHub::new(state.current_rev));
         let store = Arc::new(KvStore {
             backend,
             write: Mutex::new(()),
@@ -253,8 +257,10 @@ impl KvStore {
             compaction_batch: Mutex::new(()),
             generation: AtomicU64::new(0),
             on_compacted: Mutex::new(None),
+            hub: hub.clone(),
         });
         compaction::spawn_worker(Arc::downgrade(&store), jobs);
+        watch_hub::spawn_dispatcher(Arc::downgrade(&store), hub);
         store.resume_compaction(scheduled);
         Ok(store)
     }
@@ -279,6 +285,7 @@ impl KvStore {
         *self.state_mut() = state;
         self.resume_compaction(scheduled);
         self.rev_tx.send_replace(rev);
+        self.hub.published(rev);
         Ok(())
     }
 
@@ -384,8 +391,23 @@ impl KvStore {
     /// asked for is still in memory (whole revisions: the last may pass `limit`); None when
     /// the backend must be read.
     pub fn events_cached(&self, from: i64, to: i64, limit: usize) -> Option<Vec<Event>> {
+        self.events_cached_for(from, to, limit, |_| true)
+            .map(|(events, _)| events)
+    }
+
+    /// The events of revisions `[from, to]` that `wanted` selects, when all of those
+    /// revisions are still in memory, with the last revision looked at: at most `limit`
+    /// selected events (0 = all), whole revisions, so the last revision may pass `limit`.
+    /// Only the selected events are copied.
+    pub fn events_cached_for(
+        &self,
+        from: i64,
+        to: i64,
+        limit: usize,
+        mut wanted: impl FnMut(&Event) -> bool,
+    ) -> Option<(Vec<Event>, i64)> {
         if from > to {
-            return Some(Vec::new());
+            return Some((Vec::new(), to));
         }
         if from < self.compact_rev() {
             return None;
@@ -397,14 +419,30 @@ impl KvStore {
             return None;
         }
         let mut out = Vec::new();
+        let mut through = from - 1;
         let skip = (from - first) as usize;
         for (rev, events, _) in recent.revs.iter().skip(skip) {
             if *rev > to || (limit > 0 && out.len() >= limit) {
                 break;
             }
-            out.extend(events.iter().cloned());
+            out.extend(events.iter().filter(|e| wanted(e)).cloned());
+            through = *rev;
         }
-        Some(out)
+        Some((out, through))
+    }
+
+    /// The events of revision `rev` when they are still in memory.
+    pub fn revision_events(&self, rev: i64) -> Option<Arc<Vec<Event>>> {
+        let recent = lock(&self.recent);
+        let (first, _, _) = recent.revs.front()?;
+        let i = usize::try_from(rev - first).ok()?;
+        let (r, events, _) = recent.revs.get(i)?;
+        (*r == rev).then(|| events.clone())
+    }
+
+    /// The watchers that are caught up, and the fan-out of new events to them.
+    pub fn watch_hub(&self) -> &Arc<WatchHub> {
+        &self.hub
     }
 
     /// The changes with main revision in `[from, to]`, in revision order, at most `limit`
@@ -610,6 +648,7 @@ impl KvStore {
 impl Drop for KvStore {
     fn drop(&mut self) {
         self.jobs.stop();
+        self.hub.stop();
     }
 }
 
@@ -875,6 +914,9 @@ impl<'a> WriteTxn<'a> {
             *r = rev;
             changed
         });
+        if self.sub > 0 {
+            self.store.hub.published(rev);
+        }
         (rev, events)
     }
 }

@@ -1,0 +1,1132 @@
+// Load generators and measurements shared by the server and cluster benchmarks: issue 15's
+// workloads, run against etcd 3.4 and etcd-rs side by side and printed as one table of ratios.
+//
+// Every workload runs on both servers before the next one starts (alternating which goes first),
+// so that the two numbers of a row were taken minutes apart at most on a shared machine. The
+// workloads, in the order they run (BENCH_WORKLOADS=keys,put1,... picks some; all by default):
+//
+// keys     BENCH_KEYS (100k) puts of distinct keys `load-NNNNNN`, 256-byte values, 32 clients;
+//          then the db file size, the db pages in use (etcd_mvcc_db_total_size_in_use_in_bytes)
+//          and the peak RSS (VmHWM), both servers holding exactly the same data.
+// put1     put, 1 client, closed loop, BENCH_SECS (5) seconds; keys `bench-<client>-<n % 1000>`,
+//          256-byte values.
+// put64    the same with 64 clients.
+// txn      64 clients, each request a Txn with one compare that always holds (mod_revision of
+//          the key > -1) and one put in success (keys `txn-<client>-<n % 1000>`, 256 bytes).
+// range    64 clients, single-key Range of the loaded keys, linearizable then serializable.
+// prefix   BENCH_PREFIX_KEYS (10k) keys `pfx/NNNNN` are written first (untimed); then 64 clients
+//          range the prefix `pfx/` with limit 100, linearizable (etcd 3.4 walks every key of
+//          the range to count it; each answer must hold 100 keys).
+// watch    BENCH_WATCHERS (1000) watchers on BENCH_WATCH_KEYS (100) keys `fan/NNN`: watcher w
+//          watches the single key w % 100 (so 10 watchers per key, no prefix watchers), each
+//          on its own gRPC stream (BENCH_WATCHERS_PER_STREAM=m puts m watchers on one stream,
+//          as clientv3 does for watches of one context), the streams over 8 connections. Once
+//          every watch is created, 32 clients put BENCH_WATCH_PUTS (8000) values unthrottled
+//          (put i: key i % 100, its value starts with i). Events/s = events received / (first
+//          put sent → last event received); latency = put sent → event received, per event.
+// db       end of run: db file and pages in use per revision written (the faster server wrote
+//          more revisions in the timed loads), and the peak RSS so far.
+// compact  every key is deleted and the history so far compacted (untimed); BENCH_COMPACT_REVS
+//          (100k; 1000000 for the issue's million) puts over 1000 keys `cmp/NNN` from 64
+//          clients make the history up to revision R. Then 64 clients put (as put64): BENCH_SECS
+//          without compaction, then a Compact(R, physical=false) is timed (the call returning)
+//          and followed at once by a Compact(R + 1, physical=true): both servers run compactions
+//          in order and a physical one answers once its deletes are done, so its return marks
+//          the end of the physical compaction of R (the second one adds one revision and walks
+//          past the 1000 live keys). Write p99: the puts sent in the window without compaction
+//          vs those sent between the first Compact and the return of the second. The raft term
+//          before and after tells whether a leader election happened meanwhile.
+//
+// Server CPU per op: utime+stime of the server process(es) from /proc/<pid>/stat (summed over
+// the members of a cluster), read before and after each workload, divided by its operations
+// (puts, ranges, txns; for watch, events delivered; for compact, the CPU used while it ran
+// beyond what the puts sent meanwhile cost at the load's CPU per put before it, per compacted
+// revision). The load generator runs on the same machine and shares the cores of the servers.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use proto::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
+use proto::etcdserverpb::{
+    CompactionRequest, Compare, DeleteRangeRequest, PutRequest, RangeRequest, RequestOp,
+    TxnRequest, WatchCreateRequest, WatchRequest, kv_client::KvClient, request_op,
+    watch_client::WatchClient, watch_request,
+};
+use tonic::transport::{Channel, Endpoint};
+
+/// Value size of every put.
+const VALUE: usize = 256;
+/// Clients of the concurrent loads.
+const CLIENTS: usize = 64;
+/// Clients that load keys and make the watched puts.
+const WRITERS: usize = 32;
+/// Connections that carry the watch streams.
+const WATCH_CONNS: usize = 8;
+/// Clients sharing one connection, as clientv3 programs share one.
+const PER_CONN: usize = 16;
+
+fn env<T: FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Sizes and durations, from the environment (see the top of this file).
+pub struct Config {
+    pub secs: f64,
+    pub keys: usize,
+    pub prefix_keys: usize,
+    pub watchers: usize,
+    pub watch_keys: usize,
+    pub watch_puts: usize,
+    pub watchers_per_stream: usize,
+    pub compact_revs: usize,
+    /// BENCH_ONLY=etcd|ours runs one server only.
+    pub only: Option<String>,
+    workloads: Option<Vec<String>>,
+}
+
+impl Config {
+    pub fn from_env() -> Config {
+        Config {
+            secs: env("BENCH_SECS", 5.0),
+            keys: env("BENCH_KEYS", 100_000),
+            prefix_keys: env("BENCH_PREFIX_KEYS", 10_000),
+            watchers: env("BENCH_WATCHERS", 1000),
+            watch_keys: env::<usize>("BENCH_WATCH_KEYS", 100).max(1),
+            watch_puts: env("BENCH_WATCH_PUTS", 8000),
+            watchers_per_stream: env::<usize>("BENCH_WATCHERS_PER_STREAM", 1).max(1),
+            compact_revs: env("BENCH_COMPACT_REVS", 100_000),
+            only: std::env::var("BENCH_ONLY").ok(),
+            workloads: std::env::var("BENCH_WORKLOADS")
+                .ok()
+                .map(|s| s.split(',').map(|w| w.trim().to_string()).collect()),
+        }
+    }
+
+    /// Whether the server named `name` ("etcd" or "ours") takes part.
+    pub fn runs(&self, name: &str) -> bool {
+        self.only.as_deref().is_none_or(|o| o == name)
+    }
+
+    fn wants(&self, workload: &str) -> bool {
+        self.workloads
+            .as_ref()
+            .is_none_or(|w| w.iter().any(|x| x == workload))
+    }
+}
+
+/// The two servers compared, in table order.
+pub const SERVERS: [(&str, &str); 2] = [("etcd", "etcd"), ("ours", env!("CARGO_BIN_EXE_etcd"))];
+
+/// One server under test: a single member or every member of a cluster.
+pub struct Target {
+    pub name: &'static str,
+    /// Where the clients send requests (every member, or only the leader).
+    pub urls: Vec<String>,
+    /// Every member's client URL, for /metrics.
+    pub members: Vec<String>,
+    pub pids: Vec<u32>,
+    /// Every member's data dir.
+    pub data_dirs: Vec<PathBuf>,
+}
+
+impl Target {
+    /// CPU seconds (user + system) the server processes have used so far.
+    fn cpu_secs(&self) -> f64 {
+        // Safety: sysconf has no preconditions.
+        let tck = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        let ticks: u64 = self
+            .pids
+            .iter()
+            .map(|pid| {
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                // Fields after the command name, which ends with the last ')': state is
+                // field 3, utime 14 and stime 15.
+                let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+                let f: Vec<u64> = rest
+                    .split_whitespace()
+                    .skip(11)
+                    .take(2)
+                    .filter_map(|v| v.parse().ok())
+                    .collect();
+                f.iter().sum::<u64>()
+            })
+            .sum();
+        ticks as f64 / tck
+    }
+
+    /// Sum over the members of their peak resident memory (VmHWM), KiB.
+    fn peak_rss_kib(&self) -> f64 {
+        self.pids
+            .iter()
+            .filter_map(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/status"))
+                    .ok()?
+                    .lines()
+                    .find_map(|l| l.strip_prefix("VmHWM:"))?
+                    .split_whitespace()
+                    .next()?
+                    .parse::<f64>()
+                    .ok()
+            })
+            .sum()
+    }
+
+    /// The largest member's db file, bytes.
+    fn db_bytes(&self) -> f64 {
+        self.data_dirs
+            .iter()
+            .filter_map(|d| std::fs::metadata(d.join("member/snap/db")).ok())
+            .map(|m| m.len() as f64)
+            .fold(0.0, f64::max)
+    }
+
+    /// The largest value of a gauge over the members' /metrics.
+    fn metric_max(&self, name: &str) -> f64 {
+        self.members
+            .iter()
+            .map(|u| metric(u, name))
+            .fold(0.0, f64::max)
+    }
+}
+
+/// A gauge from a server's /metrics (both servers serve it on the client port); 0 if absent.
+fn metric(url: &str, name: &str) -> f64 {
+    use std::io::{Read, Write};
+    let host = url.trim_start_matches("http://");
+    let Ok(mut s) = std::net::TcpStream::connect(host) else {
+        return 0.0;
+    };
+    let req = format!("GET /metrics HTTP/1.0\r\nHost: {host}\r\n\r\n");
+    let mut body = String::new();
+    if s.write_all(req.as_bytes()).is_err() || s.read_to_string(&mut body).is_err() {
+        return 0.0;
+    }
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// A connection to `url`, retried until the server answers a Range (up to 20 s).
+async fn connect(url: &str) -> Channel {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let ep = Endpoint::from_shared(url.to_string())
+            .expect("client URL")
+            .connect_timeout(Duration::from_secs(2))
+            // Long enough that a put stuck behind a compaction reports its latency.
+            .timeout(Duration::from_secs(120));
+        if let Ok(ch) = ep.connect().await
+            && KvClient::new(ch.clone())
+                .range(RangeRequest {
+                    key: b"x".to_vec(),
+                    serializable: true,
+                    ..Default::default()
+                })
+                .await
+                .is_ok()
+        {
+            return ch;
+        }
+        assert!(Instant::now() < deadline, "server at {url} did not answer");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Connections to the target's URLs, at least `n`, a multiple of the number of URLs (so that
+/// each member carries as many). Request `n` of client `c` goes to connection `(c + n) % len`:
+/// round robin per request over the members, as clientv3 3.4's balancer does.
+#[derive(Clone)]
+struct Pool(Arc<Vec<Channel>>);
+
+impl Pool {
+    async fn open(urls: &[String], n: usize) -> Pool {
+        let len = n.max(1).div_ceil(urls.len()) * urls.len();
+        let mut v = Vec::with_capacity(len);
+        for i in 0..len {
+            v.push(connect(&urls[i % urls.len()]).await);
+        }
+        Pool(Arc::new(v))
+    }
+
+    async fn for_clients(urls: &[String], clients: usize) -> Pool {
+        Pool::open(urls, clients.div_ceil(PER_CONN)).await
+    }
+
+    fn kv(&self, client: usize, n: u64) -> KvClient<Channel> {
+        KvClient::new(self.0[(client + n as usize) % self.0.len()].clone())
+    }
+
+    fn chan(&self, i: usize) -> Channel {
+        self.0[i % self.0.len()].clone()
+    }
+
+    /// The current revision and raft term (a linearizable Range).
+    async fn header(&self) -> Result<(i64, u64), String> {
+        let h = self
+            .kv(0, 0)
+            .range(RangeRequest {
+                key: b"x".to_vec(),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| e.to_string())?
+            .into_inner()
+            .header
+            .ok_or("no header")?;
+        Ok((h.revision, h.raft_term))
+    }
+
+    /// Deletes every key (one DeleteRange from "\0" to the end).
+    async fn delete_all(&self) -> Result<(), String> {
+        self.kv(0, 0)
+            .delete_range(DeleteRangeRequest {
+                key: vec![0],
+                range_end: vec![0],
+                ..Default::default()
+            })
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    async fn compact(&self, revision: i64, physical: bool) -> Result<(), String> {
+        self.kv(0, 0)
+            .compact(CompactionRequest { revision, physical })
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// What one workload measured on one server.
+#[derive(Default)]
+pub struct Measured {
+    /// (label, value, target for ours/etcd).
+    rows: Vec<(String, f64, &'static str)>,
+    /// Server CPU µs per op: (label, value).
+    cpu: Vec<(String, f64)>,
+    errors: u64,
+    first_error: Option<String>,
+}
+
+impl Measured {
+    fn row(&mut self, label: impl Into<String>, value: f64, target: &'static str) {
+        self.rows.push((label.into(), value, target));
+    }
+
+    fn cpu(&mut self, label: impl Into<String>, us_per_op: f64) {
+        self.cpu.push((label.into(), us_per_op));
+    }
+
+    fn error(&mut self, n: u64, first: Option<String>) {
+        self.errors += n;
+        if self.first_error.is_none() {
+            self.first_error = first;
+        }
+    }
+
+    fn absorb(&mut self, r: &LoopResult) {
+        self.error(r.errors, r.first_error.clone());
+    }
+}
+
+/// The table both benchmarks print: etcd, ours, ours/etcd and the issue's target.
+#[derive(Default)]
+pub struct Table {
+    cluster: bool,
+    rows: Vec<(String, [f64; 2], &'static str)>,
+    cpu: Vec<(String, [f64; 2])>,
+    errors: Vec<String>,
+}
+
+impl Table {
+    pub fn row(&mut self, label: impl Into<String>, values: [f64; 2], target: &'static str) {
+        self.rows.push((label.into(), values, target));
+    }
+
+    fn add(&mut self, workload: &str, m: [Measured; 2]) {
+        let labels = if m[0].rows.len() >= m[1].rows.len() {
+            &m[0]
+        } else {
+            &m[1]
+        };
+        for (i, (label, _, target)) in labels.rows.iter().enumerate() {
+            let v = |k: usize| m[k].rows.get(i).map(|r| r.1).unwrap_or(0.0);
+            self.rows.push((label.clone(), [v(0), v(1)], target));
+        }
+        let labels = if m[0].cpu.len() >= m[1].cpu.len() {
+            &m[0]
+        } else {
+            &m[1]
+        };
+        for (i, (label, _)) in labels.cpu.iter().enumerate() {
+            let v = |k: usize| m[k].cpu.get(i).map(|r| r.1).unwrap_or(0.0);
+            self.cpu.push((label.clone(), [v(0), v(1)]));
+        }
+        for (k, (name, _)) in SERVERS.iter().enumerate() {
+            if m[k].errors > 0 {
+                self.errors.push(format!(
+                    "{workload} on {name}: {} failed requests, first: {}",
+                    m[k].errors,
+                    m[k].first_error.as_deref().unwrap_or("?")
+                ));
+            }
+        }
+    }
+
+    pub fn print(&self, title: &str) {
+        println!("{title}");
+        let line = |label: &str, v: [f64; 2], target: &str| {
+            let ratio = if v[0] > 0.0 { v[1] / v[0] } else { 0.0 };
+            println!(
+                "{label:<54} {:>14.2} {:>14.2} {ratio:>9.2} {target:>8}",
+                v[0], v[1]
+            );
+        };
+        println!(
+            "{:<54} {:>14} {:>14} {:>9} {:>8}",
+            "", "etcd 3.4", "etcd-rs", "ours/etcd", "target"
+        );
+        for (label, v, target) in &self.rows {
+            line(label, *v, target);
+        }
+        let members = if self.cluster {
+            ", summed over the members"
+        } else {
+            ""
+        };
+        println!("server CPU µs per op (utime+stime{members})");
+        for (label, v) in &self.cpu {
+            line(label, *v, "≤ 0.5");
+        }
+        for e in &self.errors {
+            println!("errors: {e}");
+        }
+    }
+}
+
+/// Runs every workload the config asks for on both targets (a missing target leaves zeros).
+pub fn run_suite(
+    rt: &tokio::runtime::Runtime,
+    cfg: &Config,
+    targets: &[Option<Target>; 2],
+    cluster: bool,
+) -> Table {
+    let mut table = Table {
+        cluster,
+        ..Table::default()
+    };
+    let workloads = [
+        "keys", "put1", "put64", "txn", "range", "prefix", "watch", "db", "compact",
+    ];
+    for (k, w) in workloads.iter().enumerate() {
+        if !cfg.wants(w) {
+            continue;
+        }
+        let mut out: [Measured; 2] = Default::default();
+        let order = if k % 2 == 0 { [0, 1] } else { [1, 0] };
+        for i in order {
+            if let Some(t) = &targets[i] {
+                eprintln!("bench: {w} on {}", t.name);
+                out[i] = rt.block_on(workload(w, t, cfg, cluster));
+            }
+        }
+        table.add(w, out);
+    }
+    table
+}
+
+async fn workload(w: &str, t: &Target, cfg: &Config, cluster: bool) -> Measured {
+    let keys = cfg.keys.max(1);
+    match w {
+        "keys" => load_keys(t, cfg).await,
+        "put1" => {
+            let target = if cluster { "≥ 1.2" } else { "≥ 1.3" };
+            throughput(t, cfg, 1, Op::Put, "put/s, 1 client", target).await
+        }
+        "put64" => throughput(t, cfg, CLIENTS, Op::Put, "put/s, 64 clients", "≥ 2.0").await,
+        "txn" => {
+            throughput(
+                t,
+                cfg,
+                CLIENTS,
+                Op::Txn,
+                "txn/s (1 put), 64 clients",
+                "≥ 3.0",
+            )
+            .await
+        }
+        "range" => {
+            let mut m = throughput(
+                t,
+                cfg,
+                CLIENTS,
+                Op::Range(false, keys),
+                "range/s linearizable, 64 clients",
+                "",
+            )
+            .await;
+            let s = throughput(
+                t,
+                cfg,
+                CLIENTS,
+                Op::Range(true, keys),
+                "range/s serializable, 64 clients",
+                "",
+            )
+            .await;
+            m.rows.extend(s.rows);
+            m.cpu.extend(s.cpu);
+            m.error(s.errors, s.first_error);
+            m
+        }
+        "prefix" => {
+            let pool = Pool::for_clients(&t.urls, WRITERS).await;
+            let fill = fill(
+                &pool,
+                WRITERS,
+                cfg.prefix_keys,
+                |i| format!("pfx/{i:05}"),
+                None,
+            )
+            .await;
+            let mut m = throughput(
+                t,
+                cfg,
+                CLIENTS,
+                Op::Prefix(cfg.prefix_keys.min(100)),
+                &format!("range/s prefix of {} keys, limit 100", cfg.prefix_keys),
+                "≥ 4.0",
+            )
+            .await;
+            m.absorb(&fill);
+            m
+        }
+        "watch" => watch_fanout(t, cfg).await,
+        "db" => end_of_run(t).await,
+        "compact" => compaction(t, cfg).await,
+        _ => Measured::default(),
+    }
+}
+
+/// The requests of the closed loops.
+#[derive(Clone, Copy)]
+enum Op {
+    Put,
+    Txn,
+    /// Single-key range over the loaded keys: (serializable, how many keys were loaded).
+    Range(bool, usize),
+    /// Range of the prefix `pfx/` with limit 100: how many keys each answer must hold.
+    Prefix(usize),
+}
+
+fn value(head: &str) -> Vec<u8> {
+    let mut v = head.as_bytes().to_vec();
+    v.resize(VALUE, b'v');
+    v
+}
+
+impl Op {
+    async fn call(self, mut kv: KvClient<Channel>, client: usize, n: u64) -> Result<(), String> {
+        let e = status;
+        match self {
+            Op::Put => kv
+                .put(PutRequest {
+                    key: format!("bench-{client}-{}", n % 1000).into_bytes(),
+                    value: value(""),
+                    ..Default::default()
+                })
+                .await
+                .map(|_| ())
+                .map_err(e),
+            Op::Txn => {
+                let key = format!("txn-{client}-{}", n % 1000).into_bytes();
+                let r = kv
+                    .txn(TxnRequest {
+                        compare: vec![Compare {
+                            key: key.clone(),
+                            target: CompareTarget::Mod as i32,
+                            result: CompareResult::Greater as i32,
+                            target_union: Some(TargetUnion::ModRevision(-1)),
+                            range_end: Vec::new(),
+                        }],
+                        success: vec![RequestOp {
+                            request: Some(request_op::Request::RequestPut(PutRequest {
+                                key,
+                                value: value(""),
+                                ..Default::default()
+                            })),
+                        }],
+                        failure: Vec::new(),
+                    })
+                    .await
+                    .map_err(e)?;
+                if r.into_inner().succeeded {
+                    Ok(())
+                } else {
+                    Err("txn compare failed".into())
+                }
+            }
+            Op::Range(serializable, keys) => kv
+                .range(RangeRequest {
+                    key: format!("load-{:06}", (client as u64 * 7919 + n) % keys as u64)
+                        .into_bytes(),
+                    serializable,
+                    ..Default::default()
+                })
+                .await
+                .map(|_| ())
+                .map_err(e),
+            Op::Prefix(want) => {
+                let r = kv
+                    .range(RangeRequest {
+                        key: b"pfx/".to_vec(),
+                        range_end: b"pfx0".to_vec(),
+                        limit: 100,
+                        ..Default::default()
+                    })
+                    .await
+                    .map_err(e)?
+                    .into_inner();
+                if r.kvs.len() == want {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "prefix range gave {} keys, not {want}",
+                        r.kvs.len()
+                    ))
+                }
+            }
+        }
+    }
+}
+
+/// The outcome of a set of client loops.
+#[derive(Default)]
+struct LoopResult {
+    ops: u64,
+    errors: u64,
+    first_error: Option<String>,
+    secs: f64,
+    /// With `record`: (seconds from the start when the request was sent, latency ms).
+    lat: Vec<(f64, f64)>,
+}
+
+impl LoopResult {
+    fn merge(&mut self, o: LoopResult) {
+        self.ops += o.ops;
+        self.errors += o.errors;
+        if self.first_error.is_none() {
+            self.first_error = o.first_error;
+        }
+        self.lat.extend(o.lat);
+    }
+
+    /// Counts a request's outcome; whether it succeeded.
+    fn count<T>(&mut self, res: Result<T, String>) -> bool {
+        match res {
+            Ok(_) => {
+                self.ops += 1;
+                true
+            }
+            Err(e) => {
+                self.errors += 1;
+                self.first_error.get_or_insert(e);
+                false
+            }
+        }
+    }
+
+    fn rate(&self) -> f64 {
+        if self.secs > 0.0 {
+            self.ops as f64 / self.secs
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Runs `body(c)` for every client c on a task of its own; their merged results and the time
+/// they took together.
+async fn per_client<F, Fut>(clients: usize, body: F) -> LoopResult
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = LoopResult> + Send + 'static,
+{
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..clients).map(|c| tokio::spawn(body(c))).collect();
+    let mut total = LoopResult::default();
+    for t in tasks {
+        total.merge(t.await.expect("client task panicked"));
+    }
+    total.secs = start.elapsed().as_secs_f64();
+    total
+}
+
+/// `clients` closed loops of `op` until `stop` is set.
+async fn closed_loop(
+    pool: &Pool,
+    clients: usize,
+    op: Op,
+    stop: Arc<AtomicBool>,
+    record: bool,
+) -> LoopResult {
+    let start = Instant::now();
+    per_client(clients, |client| {
+        let (pool, stop) = (pool.clone(), stop.clone());
+        async move {
+            let mut r = LoopResult::default();
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let sent = Instant::now();
+                let res = op.call(pool.kv(client, n), client, n).await;
+                if res.is_ok() && record {
+                    let ms = sent.elapsed().as_secs_f64() * 1000.0;
+                    r.lat.push(((sent - start).as_secs_f64(), ms));
+                }
+                if !r.count(res) {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                n += 1;
+            }
+            r
+        }
+    })
+    .await
+}
+
+/// `clients` closed loops of `op` for `secs` seconds.
+async fn timed_loop(pool: &Pool, clients: usize, op: Op, secs: f64) -> LoopResult {
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs_f64(secs)).await;
+        s.store(true, Ordering::Relaxed);
+    });
+    closed_loop(pool, clients, op, stop, false).await
+}
+
+/// When each put was sent: nanoseconds since the instant, by the put's index.
+type SentAt = (Instant, Arc<Vec<AtomicU64>>);
+
+/// Puts keys `key(0..n)` (256-byte values, the value starting with the index) from `clients`
+/// clients, client c writing c, c + clients, ... unthrottled; records when each was sent.
+async fn fill(
+    pool: &Pool,
+    clients: usize,
+    n: usize,
+    key: impl Fn(usize) -> String + Copy + Send + 'static,
+    sent: Option<SentAt>,
+) -> LoopResult {
+    per_client(clients, |c| {
+        let (pool, sent) = (pool.clone(), sent.clone());
+        async move {
+            let mut r = LoopResult::default();
+            for i in (c..n).step_by(clients) {
+                if let Some((base, at)) = &sent {
+                    let ns = (Instant::now() - *base).as_nanos() as u64;
+                    at[i].store(ns, Ordering::Relaxed);
+                }
+                let put = PutRequest {
+                    key: key(i).into_bytes(),
+                    value: value(&format!("{i:08}")),
+                    ..Default::default()
+                };
+                r.count(pool.kv(c, i as u64).put(put).await.map_err(status));
+            }
+            r
+        }
+    })
+    .await
+}
+
+fn status(e: tonic::Status) -> String {
+    format!("{}: {}", e.code(), e.message())
+}
+
+fn cpu_us_per_op(cpu_secs: f64, ops: u64) -> f64 {
+    if ops == 0 {
+        0.0
+    } else {
+        cpu_secs * 1e6 / ops as f64
+    }
+}
+
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+}
+
+fn sorted(mut v: Vec<f64>) -> Vec<f64> {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v
+}
+
+async fn throughput(
+    t: &Target,
+    cfg: &Config,
+    clients: usize,
+    op: Op,
+    label: &str,
+    target: &'static str,
+) -> Measured {
+    let pool = Pool::for_clients(&t.urls, clients).await;
+    let cpu0 = t.cpu_secs();
+    let r = timed_loop(&pool, clients, op, cfg.secs).await;
+    let cpu = t.cpu_secs() - cpu0;
+    let mut m = Measured::default();
+    m.row(label, r.rate(), target);
+    m.cpu(label, cpu_us_per_op(cpu, r.ops));
+    m.absorb(&r);
+    m
+}
+
+/// The keys every read workload uses; db size and peak RSS holding exactly them.
+async fn load_keys(t: &Target, cfg: &Config) -> Measured {
+    let pool = Pool::for_clients(&t.urls, WRITERS).await;
+    let cpu0 = t.cpu_secs();
+    let r = fill(&pool, WRITERS, cfg.keys, |i| format!("load-{i:06}"), None).await;
+    let cpu = t.cpu_secs() - cpu0;
+    // Let the backend's periodic commit write the last batch.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let n = cfg.keys;
+    let mut m = Measured::default();
+    m.row(format!("put/s loading {n} keys, 32 clients"), r.rate(), "");
+    m.row(
+        format!("db file bytes after {n} keys"),
+        t.db_bytes(),
+        "≤ 1.0",
+    );
+    m.row(
+        format!("db bytes in use after {n} keys"),
+        t.metric_max("etcd_mvcc_db_total_size_in_use_in_bytes"),
+        "≤ 1.0",
+    );
+    m.row(
+        format!("peak RSS KiB after {n} keys"),
+        t.peak_rss_kib(),
+        "≤ 0.5",
+    );
+    m.cpu(
+        format!("put loading {n} keys, 32 clients"),
+        cpu_us_per_op(cpu, r.ops),
+    );
+    m.absorb(&r);
+    m
+}
+
+/// The existing end-of-run measures: db per revision written, peak RSS so far.
+async fn end_of_run(t: &Target) -> Measured {
+    let pool = Pool::open(&t.urls, 1).await;
+    let mut m = Measured::default();
+    let rev = match pool.header().await {
+        Ok((rev, _)) => rev as f64,
+        Err(e) => {
+            m.error(1, Some(e));
+            0.0
+        }
+    };
+    let per_rev = |bytes: f64| if rev > 0.0 { bytes / rev } else { 0.0 };
+    m.row("revisions written (end of run)", rev, "");
+    m.row(
+        "db file bytes per revision (end of run)",
+        per_rev(t.db_bytes()),
+        "",
+    );
+    // The file grows in steps; the pages in use are what the data takes.
+    let in_use = t.metric_max("etcd_mvcc_db_total_size_in_use_in_bytes");
+    m.row(
+        "db bytes in use per revision (end of run)",
+        per_rev(in_use),
+        "",
+    );
+    m.row("peak RSS KiB (end of run)", t.peak_rss_kib(), "");
+    m
+}
+
+/// What one watch stream saw.
+#[derive(Default)]
+struct StreamResult {
+    events: u64,
+    lat_ms: Vec<f64>,
+    last: Option<Instant>,
+    out_of_order: u64,
+    error: Option<String>,
+}
+
+/// One watch stream carrying a watch on each of `keys`, until it has `expect` events (or has
+/// been idle for 30 s). Sends one message on `ready` once every watch is created or it failed.
+async fn watch_stream(
+    chan: Channel,
+    keys: Vec<Vec<u8>>,
+    expect: u64,
+    base: Instant,
+    sent: Arc<Vec<AtomicU64>>,
+    ready: tokio::sync::mpsc::Sender<()>,
+) -> StreamResult {
+    let mut r = StreamResult::default();
+    let (tx, rx) = tokio::sync::mpsc::channel(keys.len() + 1);
+    for key in &keys {
+        let _ = tx
+            .send(WatchRequest {
+                request_union: Some(watch_request::RequestUnion::CreateRequest(
+                    WatchCreateRequest {
+                        key: key.clone(),
+                        ..Default::default()
+                    },
+                )),
+            })
+            .await;
+    }
+    let mut signalled = false;
+    let resp = WatchClient::new(chan)
+        .watch(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await;
+    let mut stream = match resp {
+        Ok(s) => s.into_inner(),
+        Err(e) => {
+            r.error = Some(format!("watch: {}", status(e)));
+            let _ = ready.send(()).await;
+            return r;
+        }
+    };
+    let mut created = 0;
+    let mut last_rev: HashMap<i64, i64> = HashMap::new();
+    while r.events < expect {
+        let msg = match tokio::time::timeout(Duration::from_secs(30), stream.message()).await {
+            Err(_) => Err("no watch response for 30 s".to_string()),
+            Ok(Err(e)) => Err(format!("watch: {}", status(e))),
+            Ok(Ok(None)) => Err("watch stream ended".to_string()),
+            Ok(Ok(Some(m))) => Ok(m),
+        };
+        let m = match msg {
+            Ok(m) => m,
+            Err(e) => {
+                r.error = Some(e);
+                break;
+            }
+        };
+        if m.created {
+            created += 1;
+            if created == keys.len() {
+                signalled = true;
+                let _ = ready.send(()).await;
+            }
+        }
+        if m.canceled {
+            r.error = Some(format!("watch canceled: {}", m.cancel_reason));
+            break;
+        }
+        let now = Instant::now();
+        for e in &m.events {
+            let Some(kv) = &e.kv else { continue };
+            r.events += 1;
+            let last = last_rev.entry(m.watch_id).or_insert(0);
+            if kv.mod_revision <= *last {
+                r.out_of_order += 1;
+            }
+            *last = kv.mod_revision;
+            let id: Option<usize> = std::str::from_utf8(&kv.value[..8.min(kv.value.len())])
+                .ok()
+                .and_then(|s| s.parse().ok());
+            if let Some(at) = id.and_then(|i| sent.get(i)) {
+                let sent_ns = at.load(Ordering::Relaxed);
+                let now_ns = (now - base).as_nanos() as u64;
+                r.lat_ms.push(now_ns.saturating_sub(sent_ns) as f64 / 1e6);
+            }
+        }
+        if !m.events.is_empty() {
+            r.last = Some(now);
+        }
+    }
+    if !signalled {
+        let _ = ready.send(()).await;
+    }
+    drop(tx);
+    r
+}
+
+/// The watch fan-out workload (see the top of this file).
+async fn watch_fanout(t: &Target, cfg: &Config) -> Measured {
+    let (w, k, p) = (cfg.watchers, cfg.watch_keys, cfg.watch_puts);
+    let key = move |i: usize| format!("fan/{:03}", i % k);
+    // Events each watcher on key kk gets: the puts i < p with i % k == kk.
+    let per_key = |kk: usize| (p / k + usize::from(kk < p % k)) as u64;
+    let conns = Pool::open(&t.urls, WATCH_CONNS).await;
+    let base = Instant::now();
+    let sent: Arc<Vec<AtomicU64>> = Arc::new((0..p).map(|_| AtomicU64::new(0)).collect());
+    let streams = w.div_ceil(cfg.watchers_per_stream);
+    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel(streams.max(1));
+    let mut tasks = Vec::new();
+    let mut expected = 0;
+    for s in 0..streams {
+        let watchers = s * cfg.watchers_per_stream..(w.min((s + 1) * cfg.watchers_per_stream));
+        let expect: u64 = watchers.clone().map(|x| per_key(x % k)).sum();
+        expected += expect;
+        let keys: Vec<Vec<u8>> = watchers.map(|x| key(x).into_bytes()).collect();
+        tasks.push(tokio::spawn(watch_stream(
+            conns.chan(s),
+            keys,
+            expect,
+            base,
+            sent.clone(),
+            ready_tx.clone(),
+        )));
+    }
+    drop(ready_tx);
+    for _ in 0..streams {
+        let _ = ready_rx.recv().await;
+    }
+    let writers = Pool::for_clients(&t.urls, WRITERS).await;
+    let cpu0 = t.cpu_secs();
+    let first_put = Instant::now();
+    let puts = fill(&writers, WRITERS, p, key, Some((base, sent))).await;
+    let mut m = Measured::default();
+    m.absorb(&puts);
+    let (mut events, mut lat, mut last, mut disorder) = (0, Vec::new(), first_put, 0);
+    for t in tasks {
+        let r = t.await.expect("watch task panicked");
+        events += r.events;
+        lat.extend(r.lat_ms);
+        last = last.max(r.last.unwrap_or(first_put));
+        disorder += r.out_of_order;
+        if let Some(e) = r.error {
+            m.error(1, Some(e));
+        }
+    }
+    let cpu = t.cpu_secs() - cpu0;
+    if disorder > 0 {
+        m.error(disorder, Some(format!("{disorder} events out of order")));
+    }
+    let lat = sorted(lat);
+    let secs = (last - first_put).as_secs_f64();
+    let what = format!("{w} watchers, {k} keys, {p} puts");
+    m.row(
+        format!("watch events/s, {what}"),
+        if secs > 0.0 {
+            events as f64 / secs
+        } else {
+            0.0
+        },
+        "≥ 1.5",
+    );
+    m.row(
+        format!("watch events delivered (of {expected})"),
+        events as f64,
+        "",
+    );
+    m.row("watch delivery ms p50", percentile(&lat, 0.5), "");
+    m.row("watch delivery ms p99", percentile(&lat, 0.99), "≤ 0.7");
+    m.cpu("watch, per event delivered", cpu_us_per_op(cpu, events));
+    m
+}
+
+/// The compaction workload (see the top of this file).
+async fn compaction(t: &Target, cfg: &Config) -> Measured {
+    let mut m = Measured::default();
+    let pool = Pool::for_clients(&t.urls, CLIENTS).await;
+    // Drop the keys and the history of the earlier workloads, so that both servers compact
+    // the same history, and so that the second, one-revision compaction below has only the
+    // 1000 live keys to walk past.
+    if let Err(e) = pool.delete_all().await {
+        m.error(1, Some(format!("delete of the earlier keys: {e}")));
+    }
+    let before = match pool.header().await {
+        Ok((rev, _)) => rev,
+        Err(e) => {
+            m.error(1, Some(e));
+            return m;
+        }
+    };
+    if let Err(e) = pool.compact(before, true).await {
+        m.error(1, Some(format!("compact of the earlier history: {e}")));
+    }
+    let history = |i| format!("cmp/{:03}", i % 1000);
+    let fill = fill(&pool, CLIENTS, cfg.compact_revs, history, None).await;
+    m.absorb(&fill);
+    let (end, term0) = match pool.header().await {
+        Ok(h) => h,
+        Err(e) => {
+            m.error(1, Some(e));
+            return m;
+        }
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = {
+        let (pool, stop) = (pool.clone(), stop.clone());
+        tokio::spawn(async move { closed_loop(&pool, CLIENTS, Op::Put, stop, true).await })
+    };
+    let start = Instant::now();
+    let cpu_start = t.cpu_secs();
+    tokio::time::sleep(Duration::from_secs_f64(cfg.secs)).await;
+    let cpu0 = t.cpu_secs();
+    let t0 = Instant::now();
+    let logical = pool.compact(end, false).await;
+    let t1 = Instant::now();
+    let physical = pool.compact(end + 1, true).await;
+    let t2 = Instant::now();
+    let cpu = t.cpu_secs() - cpu0;
+    stop.store(true, Ordering::Relaxed);
+    let r = load.await.expect("put load panicked");
+    m.absorb(&r);
+    for e in [logical.err(), physical.err()].into_iter().flatten() {
+        m.error(1, Some(format!("compact: {e}")));
+    }
+    let term1 = pool.header().await.map(|h| h.1).unwrap_or(term0);
+    let (at0, at2) = ((t0 - start).as_secs_f64(), (t2 - start).as_secs_f64());
+    let base: Vec<f64> = r.lat.iter().filter(|l| l.0 < at0).map(|l| l.1).collect();
+    let during: Vec<f64> = r
+        .lat
+        .iter()
+        .filter(|l| l.0 >= at0 && l.0 <= at2)
+        .map(|l| l.1)
+        .collect();
+    let (nb, nd) = (base.len(), during.len());
+    let (pb, pd) = (
+        percentile(&sorted(base), 0.99),
+        percentile(&sorted(during), 0.99),
+    );
+    let revs = end - before;
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    m.row(
+        format!("compact {revs} revisions: Compact returns, ms"),
+        ms(t1 - t0),
+        "",
+    );
+    m.row(
+        format!("compact {revs} revisions: physically done, ms"),
+        ms(t2 - t0),
+        "",
+    );
+    m.row("puts sent without compaction", nb as f64, "");
+    m.row("write p99 ms, 64 clients, no compaction", pb, "");
+    m.row("puts sent during compaction", nd as f64, "");
+    m.row("write p99 ms, 64 clients, during compaction", pd, "");
+    m.row(
+        "write p99 during / without compaction",
+        if pb > 0.0 { pd / pb } else { 0.0 },
+        "ours≤2",
+    );
+    m.row(
+        "raft term changes during compaction",
+        term1.saturating_sub(term0) as f64,
+        "ours=0",
+    );
+    // CPU above what the puts sent meanwhile cost at the rate per put before the compaction.
+    let per_put = (cpu0 - cpu_start) / nb.max(1) as f64;
+    let extra = (cpu - per_put * nd as f64).max(0.0);
+    let per_rev = cpu_us_per_op(extra, revs.max(0) as u64);
+    m.cpu("compaction, extra per compacted revision", per_rev);
+    m
+}

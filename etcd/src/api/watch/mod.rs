@@ -1,0 +1,570 @@
+// The Watch service: one task per client stream. Watchers that are caught up get their events
+// from the store's watch hub (mvcc::watch_hub), which hands each revision to exactly the
+// watchers that want it; a watcher behind (a start revision in the past, or a stream that did
+// not keep up) catches up from the store's history here, then joins the hub.
+
+mod frame;
+
+pub use frame::{WatchFrame, WatchServer};
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use prost::Message;
+use proto::etcdserverpb::{
+    WatchCreateRequest, WatchRequest, WatchResponse, watch_create_request::FilterType,
+    watch_request::RequestUnion,
+};
+use proto::mvccpb::Event;
+use tokio::sync::mpsc;
+use tokio_stream::{StreamExt, wrappers::ReceiverStream};
+use tonic::{Request, Response, Status, Streaming};
+
+use super::errors;
+use crate::mvcc::watch_hub::{Delivery, StreamHandle, WatchHub, WatchSpec};
+use crate::mvcc::{KeyRange, KvStore, MvccError};
+use crate::server::EtcdServer;
+
+/// Events read from the history per round, so one busy watcher cannot build a huge message.
+const EVENTS_PER_ROUND: usize = 1000;
+/// Bytes of events per response (whole revisions; a single larger revision goes whole).
+const ROUND_BYTES: usize = 1 << 20;
+
+/// Responses buffered per stream before the stream task waits for the client: with rounds
+/// of about ROUND_BYTES, this bounds what a client that stops reading makes us hold.
+const STREAM_BUFFER: usize = 4;
+
+fn rev_of(e: &Event) -> i64 {
+    e.kv.as_ref().map(|k| k.mod_revision).unwrap_or(0)
+}
+
+/// Cuts `events` (read through revision `through`) at the first revision boundary past
+/// ROUND_BYTES; returns what is left and the last revision it covers.
+fn trim_round(mut events: Vec<Event>, through: i64) -> (Vec<Event>, i64) {
+    let Some(first_rev) = events.first().map(rev_of) else {
+        return (events, through);
+    };
+    let mut size = 0;
+    for i in 0..events.len() {
+        let rev = rev_of(&events[i]);
+        if size > ROUND_BYTES && rev > first_rev && rev != rev_of(&events[i - 1]) {
+            events.truncate(i);
+            return (events, rev - 1);
+        }
+        size += events[i].encoded_len();
+    }
+    (events, through)
+}
+
+pub struct WatchService {
+    pub server: Arc<EtcdServer>,
+}
+
+struct Watcher {
+    spec: WatchSpec,
+    /// The next revision to send events from.
+    next_rev: i64,
+    /// In the hub, which delivers its events; otherwise it catches up from history.
+    synced: bool,
+    progress_notify: bool,
+    /// Split responses larger than --max-request-bytes (etcd's fragment option).
+    fragment: bool,
+}
+
+type Out = mpsc::Sender<Result<WatchFrame, Status>>;
+
+struct StreamState {
+    server: Arc<EtcdServer>,
+    store: Arc<KvStore>,
+    hub: Arc<WatchHub>,
+    handle: StreamHandle,
+    /// The stream's metadata (its token), checked again at each watch creation, as etcd does.
+    auth_req: Request<()>,
+    out: Out,
+    watchers: BTreeMap<i64, Watcher>,
+    next_id: i64,
+}
+
+impl StreamState {
+    fn header(&self, rev: i64) -> Option<proto::etcdserverpb::ResponseHeader> {
+        self.server.header(rev)
+    }
+
+    fn watch_permitted(&self, c: &WatchCreateRequest) -> bool {
+        super::auth::identity(&self.server, &self.auth_req).is_ok_and(|ai| {
+            self.server
+                .auth()
+                .check(&ai, &c.key, &c.range_end, crate::auth::Access::Read)
+                .is_ok()
+        })
+    }
+
+    async fn send(&self, f: WatchFrame) -> bool {
+        self.out.send(Ok(f)).await.is_ok()
+    }
+
+    /// Sends `events` to watcher `id` (split as its fragment option says).
+    async fn send_events(&self, id: i64, header_rev: i64, events: Vec<Bytes>) -> bool {
+        let Some(w) = self.watchers.get(&id) else {
+            return true;
+        };
+        let frame = WatchFrame {
+            head: WatchResponse {
+                header: self.header(header_rev),
+                watch_id: id,
+                ..Default::default()
+            },
+            events,
+        };
+        // etcd's limit: the request limit plus its allowance for gRPC overhead.
+        let limit = self.server.cfg().max_request_bytes + super::serve::GRPC_OVERHEAD_BYTES;
+        for part in frame.fragments(w.fragment, limit) {
+            if !self.send(part).await {
+                return false;
+            }
+        }
+        true
+    }
+
+    async fn create(&mut self, c: WatchCreateRequest) -> bool {
+        let current = self.store.current_rev();
+        let id = if c.watch_id != 0 {
+            if self.watchers.contains_key(&c.watch_id) {
+                // etcd refuses a duplicate id with a canceled creation.
+                return self
+                    .send(
+                        WatchResponse {
+                            header: self.header(current),
+                            watch_id: c.watch_id,
+                            created: true,
+                            canceled: true,
+                            cancel_reason: "etcdserver: duplicate watch ID".into(),
+                            ..Default::default()
+                        }
+                        .into(),
+                    )
+                    .await;
+            }
+            c.watch_id
+        } else {
+            while self.watchers.contains_key(&self.next_id) {
+                self.next_id += 1;
+            }
+            self.next_id
+        };
+        if !self.watch_permitted(&c) {
+            return self
+                .send(
+                    WatchResponse {
+                        header: self.header(current),
+                        // etcd answers a denied watch with no id (-1) and the whole gRPC
+                        // error text as the reason.
+                        watch_id: -1,
+                        created: true,
+                        canceled: true,
+                        cancel_reason: format!(
+                            "rpc error: code = PermissionDenied desc = {}",
+                            errors::PERMISSION_DENIED.message
+                        ),
+                        ..Default::default()
+                    }
+                    .into(),
+                )
+                .await;
+        }
+        let spec = WatchSpec {
+            key: c.key,
+            range_end: c.range_end,
+            no_put: c.filters.contains(&(FilterType::Noput as i32)),
+            no_delete: c.filters.contains(&(FilterType::Nodelete as i32)),
+            prev_kv: c.prev_kv,
+        };
+        let (next_rev, synced) = if c.start_revision <= 0 {
+            let from = self
+                .hub
+                .watch_from_now(&self.store, &self.handle, id, spec.clone());
+            (from, true)
+        } else {
+            (c.start_revision, false)
+        };
+        self.watchers.insert(
+            id,
+            Watcher {
+                spec,
+                next_rev,
+                synced,
+                progress_notify: c.progress_notify,
+                fragment: c.fragment,
+            },
+        );
+        self.send(
+            WatchResponse {
+                header: self.header(current),
+                watch_id: id,
+                created: true,
+                ..Default::default()
+            }
+            .into(),
+        )
+        .await
+    }
+
+    async fn cancel(&mut self, id: i64) -> bool {
+        if self.watchers.remove(&id).is_none() {
+            return true;
+        }
+        self.hub.remove(&self.handle, id);
+        self.send(
+            WatchResponse {
+                header: self.header(self.store.current_rev()),
+                watch_id: id,
+                canceled: true,
+                ..Default::default()
+            }
+            .into(),
+        )
+        .await
+    }
+
+    /// Sends what the hub delivered to this stream's synced watchers, each watcher's
+    /// revisions merged into responses of about ROUND_BYTES; watchers the hub let go catch
+    /// up from history. Returns the revision the deliveries cover, or None if the client is
+    /// gone.
+    async fn drain(&mut self) -> Option<i64> {
+        let taken = self.hub.take(&self.handle);
+        // Each watcher's deliveries, in revision order, watchers in order of first delivery.
+        let mut order: Vec<i64> = Vec::new();
+        let mut per: BTreeMap<i64, Vec<Delivery>> = BTreeMap::new();
+        for d in taken.deliveries {
+            per.entry(d.watch_id)
+                .or_insert_with(|| {
+                    order.push(d.watch_id);
+                    Vec::new()
+                })
+                .push(d);
+        }
+        for id in order {
+            let Some(ds) = per.remove(&id) else { continue };
+            let mut events: Vec<Bytes> = Vec::new();
+            let mut size = 0;
+            let mut last_rev = 0;
+            for d in ds {
+                let Some(w) = self.watchers.get_mut(&id) else {
+                    break;
+                };
+                if !w.synced || d.rev < w.next_rev {
+                    continue;
+                }
+                w.next_rev = d.rev + 1;
+                if size > ROUND_BYTES && !events.is_empty() {
+                    if !self
+                        .send_events(id, last_rev, std::mem::take(&mut events))
+                        .await
+                    {
+                        return None;
+                    }
+                    size = 0;
+                }
+                size += d.events.iter().map(Bytes::len).sum::<usize>();
+                last_rev = d.rev;
+                events.extend(d.events);
+            }
+            if !events.is_empty() && !self.send_events(id, last_rev, events).await {
+                return None;
+            }
+        }
+        for (id, from) in taken.unsynced {
+            if let Some(w) = self.watchers.get_mut(&id) {
+                w.synced = false;
+                w.next_rev = w.next_rev.max(from);
+            }
+        }
+        Some(taken.through)
+    }
+
+    /// Brings every watcher that is behind up to date from the store's history, then hands
+    /// it to the hub.
+    async fn catch_up(&mut self) -> bool {
+        let ids: Vec<i64> = self
+            .watchers
+            .iter()
+            .filter(|(_, w)| !w.synced)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            if !self.catch_up_one(id).await {
+                return false;
+            }
+        }
+        true
+    }
+
+    async fn catch_up_one(&mut self, id: i64) -> bool {
+        let store = self.store.clone();
+        loop {
+            let current = store.current_rev();
+            let Some(w) = self.watchers.get(&id) else {
+                return true;
+            };
+            if w.next_rev > current {
+                if self.hub.try_sync(&self.handle, id, &w.spec, w.next_rev) {
+                    if let Some(w) = self.watchers.get_mut(&id) {
+                        w.synced = true;
+                    }
+                    return true;
+                }
+                // The hub already handed out a later revision: read up to it first.
+                tokio::task::yield_now().await;
+                continue;
+            }
+            let from = w.next_rev;
+            let spec = w.spec.clone();
+            let (events, through) = match read_history(&store, &spec, from, current).await {
+                Ok(r) => r,
+                Err(MvccError::Compacted) => {
+                    self.watchers.remove(&id);
+                    let resp = WatchResponse {
+                        header: self.header(0),
+                        watch_id: id,
+                        canceled: true,
+                        compact_revision: store.compact_rev(),
+                        cancel_reason: errors::COMPACTED.message.to_string(),
+                        ..Default::default()
+                    };
+                    return self.send(resp.into()).await;
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "watch cannot read the history");
+                    return false;
+                }
+            };
+            if let Some(w) = self.watchers.get_mut(&id) {
+                w.next_rev = through + 1;
+            }
+            if events.is_empty() {
+                continue;
+            }
+            let encoded = events
+                .iter()
+                .map(|e| {
+                    if spec.prev_kv || e.prev_kv.is_none() {
+                        Bytes::from(e.encode_to_vec())
+                    } else {
+                        Bytes::from(
+                            Event {
+                                prev_kv: None,
+                                ..e.clone()
+                            }
+                            .encode_to_vec(),
+                        )
+                    }
+                })
+                .collect();
+            if !self.send_events(id, current, encoded).await {
+                return false;
+            }
+        }
+    }
+
+    /// Answers a progress request: once every watcher is caught up and everything the hub
+    /// delivered up to some revision is sent, that revision (never more than what was sent:
+    /// a progress answer must not overtake an event).
+    async fn progress(&mut self) -> bool {
+        // The hub first catches up with the store, so the answer is as fresh as a read.
+        self.hub.wait_dispatched(self.store.current_rev()).await;
+        loop {
+            if !self.catch_up().await {
+                return false;
+            }
+            let Some(through) = self.drain().await else {
+                return false;
+            };
+            if self.watchers.values().all(|w| w.synced) {
+                return self
+                    .send(
+                        WatchResponse {
+                            header: self.header(through),
+                            watch_id: -1,
+                            ..Default::default()
+                        }
+                        .into(),
+                    )
+                    .await;
+            }
+        }
+    }
+
+    /// --experimental-watch-progress-notify-interval: each synced watcher that asked for
+    /// progress notifications hears the revision everything it was owed is sent through.
+    async fn notify_progress(&mut self) -> bool {
+        let Some(through) = self.drain().await else {
+            return false;
+        };
+        let ids: Vec<i64> = self
+            .watchers
+            .iter()
+            .filter(|(_, w)| w.progress_notify && w.synced)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            if !self
+                .send(
+                    WatchResponse {
+                        header: self.header(through),
+                        watch_id: id,
+                        ..Default::default()
+                    }
+                    .into(),
+                )
+                .await
+            {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// Events of `[from, current]` for `spec`, about one round's worth (whole revisions), with
+/// each event's prev_kv when asked; returns them with the last revision they cover. Recent
+/// revisions come from memory, older ones from the backend.
+async fn read_history(
+    store: &Arc<KvStore>,
+    spec: &WatchSpec,
+    from: i64,
+    current: i64,
+) -> Result<(Vec<Event>, i64), MvccError> {
+    if let Some((events, through)) =
+        store.events_cached_for(from, current, EVENTS_PER_ROUND, |e| spec.wants(e))
+    {
+        return Ok(trim_round(events, through));
+    }
+    let s = store.clone();
+    let read = tokio::task::spawn_blocking(move || s.events(from, current, EVENTS_PER_ROUND))
+        .await
+        .map_err(|e| MvccError::Corrupt(format!("watch history reader failed: {e}")))??;
+    // A full round may end inside a revision: resume from the last complete one; when the
+    // round holds one revision only, read all of it (a txn's events travel together).
+    let (events, through) = if read.len() >= EVENTS_PER_ROUND {
+        let last = read.last().map(rev_of).unwrap_or(current);
+        if last > from {
+            (read, last - 1)
+        } else {
+            let s = store.clone();
+            let all = tokio::task::spawn_blocking(move || s.events(from, from, 0))
+                .await
+                .map_err(|e| MvccError::Corrupt(format!("watch history reader failed: {e}")))??;
+            (all, from)
+        }
+    } else {
+        (read, current)
+    };
+    let (events, through) = trim_round(events, through);
+    let mut mine: Vec<Event> = events
+        .into_iter()
+        .filter(|e| rev_of(e) <= through && spec.wants(e))
+        .collect();
+    if spec.prev_kv {
+        for e in &mut mine {
+            let Some(kv) = e.kv.as_ref() else { continue };
+            let key = kv.key.clone();
+            let before = kv.mod_revision - 1;
+            let s = store.clone();
+            e.prev_kv = tokio::task::spawn_blocking(move || {
+                s.range(KeyRange::new(&key, b""), before, 1)
+                    .ok()
+                    .and_then(|r| r.kvs.into_iter().next())
+            })
+            .await
+            .ok()
+            .flatten();
+        }
+    }
+    Ok((mine, through))
+}
+
+async fn run_stream(
+    server: Arc<EtcdServer>,
+    auth_req: Request<()>,
+    mut inbound: Streaming<WatchRequest>,
+    out: Out,
+) {
+    let interval = server.cfg().experimental_watch_progress_notify_interval;
+    let mut ticker = tokio::time::interval(if interval.is_zero() {
+        std::time::Duration::from_secs(600)
+    } else {
+        interval
+    });
+    ticker.tick().await;
+    let store = server.kv().clone();
+    let hub = store.watch_hub().clone();
+    let handle = hub.open_stream();
+    let mailbox = handle.mailbox.clone();
+    let mut st = StreamState {
+        server,
+        store,
+        hub: hub.clone(),
+        handle,
+        auth_req,
+        out,
+        watchers: BTreeMap::new(),
+        next_id: 0,
+    };
+    // As etcd, a client that half-closes its side keeps its watches: events flow until the
+    // client goes away (the JSON gateway's /v3/watch relies on this).
+    let mut inbound_open = true;
+    let watch_out = st.out.clone();
+    loop {
+        tokio::select! {
+            msg = inbound.next(), if inbound_open => {
+                let req = match msg {
+                    Some(Ok(r)) => r,
+                    None => {
+                        inbound_open = false;
+                        continue;
+                    }
+                    Some(Err(_)) => break,
+                };
+                let ok = match req.request_union {
+                    Some(RequestUnion::CreateRequest(c)) => st.create(c).await && st.catch_up().await,
+                    Some(RequestUnion::CancelRequest(c)) => st.cancel(c.watch_id).await,
+                    Some(RequestUnion::ProgressRequest(_)) => st.progress().await,
+                    None => true,
+                };
+                if !ok {
+                    break;
+                }
+            }
+            _ = mailbox.notify.notified() => {
+                if st.drain().await.is_none() || !st.catch_up().await {
+                    break;
+                }
+            }
+            // The client went away (its answer stream was dropped): stop, even if it
+            // never closed its own side.
+            _ = watch_out.closed() => break,
+            _ = ticker.tick() => {
+                if !st.notify_progress().await {
+                    break;
+                }
+            }
+        }
+    }
+    hub.close_stream(&st.handle);
+}
+
+#[tonic::async_trait]
+impl frame::WatchFrames for WatchService {
+    async fn watch(
+        &self,
+        request: Request<Streaming<WatchRequest>>,
+    ) -> Result<Response<frame::FrameStream>, Status> {
+        self.server.guard(false)?;
+        let (metadata, extensions, inbound) = request.into_parts();
+        let auth_req = Request::from_parts(metadata, extensions, ());
+        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+        tokio::spawn(run_stream(self.server.clone(), auth_req, inbound, tx));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}

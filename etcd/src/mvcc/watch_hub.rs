@@ -1,0 +1,432 @@
+// Watch fan-out: the watchers that are caught up ("synced") wait here, indexed by key, and one
+// dispatcher thread hands each new revision's events to exactly the watchers that want them.
+//
+// Each event is encoded once, whatever the number of watchers; a watcher on key A never wakes
+// for key B; and a stream that stops reading only fills its own bounded mailbox, after which its
+// watchers leave the synced set and catch up from history later (etcd's unsynced group), so a
+// slow watcher never holds back the others or the store.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+
+use bytes::Bytes;
+use prost::Message;
+use proto::mvccpb::{Event, event::EventType};
+
+use super::index::KeyRange;
+use super::store::KvStore;
+
+/// What a mailbox holds before its stream's watchers are sent back to catch up from history.
+const MAILBOX_BYTES: usize = 8 << 20;
+const MAILBOX_ITEMS: usize = 8192;
+
+/// What a watcher asks for.
+#[derive(Debug, Clone)]
+pub struct WatchSpec {
+    pub key: Vec<u8>,
+    pub range_end: Vec<u8>,
+    pub no_put: bool,
+    pub no_delete: bool,
+    pub prev_kv: bool,
+}
+
+impl WatchSpec {
+    /// Whether this watcher wants event `e`.
+    pub fn wants(&self, e: &Event) -> bool {
+        let Some(kv) = e.kv.as_ref() else {
+            return false;
+        };
+        if !KeyRange::new(&self.key, &self.range_end).contains(&kv.key) {
+            return false;
+        }
+        let is_put = e.r#type == EventType::Put as i32;
+        !(is_put && self.no_put || !is_put && self.no_delete)
+    }
+}
+
+/// The events of one revision for one watcher, each an encoded `mvccpb.Event`.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    pub watch_id: i64,
+    pub rev: i64,
+    pub events: Vec<Bytes>,
+}
+
+#[derive(Default)]
+struct Mail {
+    items: VecDeque<Delivery>,
+    bytes: usize,
+    /// Watchers that left the synced set (mailbox full, history not in memory): they must
+    /// catch up from this revision.
+    unsynced: Vec<(i64, i64)>,
+}
+
+/// A watch stream's inbox, filled by the dispatcher, emptied by the stream.
+pub struct Mailbox {
+    mail: Mutex<Mail>,
+    /// Wakes the stream when mail arrives.
+    pub notify: tokio::sync::Notify,
+}
+
+/// One watch stream's place in the hub.
+pub struct StreamHandle {
+    id: u64,
+    pub mailbox: Arc<Mailbox>,
+}
+
+/// What a stream takes from its mailbox (see `WatchHub::take`).
+pub struct Taken {
+    pub deliveries: Vec<Delivery>,
+    pub unsynced: Vec<(i64, i64)>,
+    /// Every event up to this revision owed to the stream's synced watchers is in
+    /// `deliveries` (or was taken before).
+    pub through: i64,
+}
+
+type WatcherKey = (u64, i64);
+
+struct Synced {
+    spec: WatchSpec,
+    /// Events of earlier revisions were sent while catching up.
+    from_rev: i64,
+    mailbox: Arc<Mailbox>,
+}
+
+#[derive(Default)]
+struct Hub {
+    /// Every revision up to this one was handed to the synced watchers.
+    dispatched: i64,
+    watchers: HashMap<WatcherKey, Synced>,
+    /// Watchers of one key, by key.
+    exact: HashMap<Vec<u8>, Vec<WatcherKey>>,
+    /// Watchers of a range or prefix.
+    ranges: Vec<WatcherKey>,
+}
+
+impl Hub {
+    fn insert(&mut self, k: WatcherKey, s: Synced) {
+        if s.spec.range_end.is_empty() {
+            self.exact.entry(s.spec.key.clone()).or_default().push(k);
+        } else {
+            self.ranges.push(k);
+        }
+        self.watchers.insert(k, s);
+    }
+
+    fn remove(&mut self, k: WatcherKey) -> Option<Synced> {
+        let s = self.watchers.remove(&k)?;
+        if s.spec.range_end.is_empty() {
+            if let Some(v) = self.exact.get_mut(&s.spec.key) {
+                v.retain(|x| *x != k);
+                if v.is_empty() {
+                    self.exact.remove(&s.spec.key);
+                }
+            }
+        } else {
+            self.ranges.retain(|x| *x != k);
+        }
+        Some(s)
+    }
+
+    /// Sends every synced watcher back to catch up from `from` (the events are not in
+    /// memory: a revision too big to keep, or a db replaced by the leader's snapshot).
+    fn unsync_all(&mut self, from: i64) -> Vec<Arc<Mailbox>> {
+        let keys: Vec<WatcherKey> = self.watchers.keys().copied().collect();
+        let mut woken = Vec::new();
+        for k in keys {
+            if let Some(s) = self.remove(k) {
+                lock(&s.mailbox.mail)
+                    .unsynced
+                    .push((k.1, from.max(s.from_rev)));
+                woken.push(s.mailbox);
+            }
+        }
+        woken
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The synced watchers of one store and its dispatcher (see the module comment).
+pub struct WatchHub {
+    hub: Mutex<Hub>,
+    next_stream: AtomicU64,
+    /// The store's current revision as last published, for the dispatcher to wait on.
+    published: Mutex<(i64, bool)>,
+    wake: Condvar,
+    /// The last dispatched revision, for streams that must wait for the dispatcher.
+    dispatched_tx: tokio::sync::watch::Sender<i64>,
+}
+
+impl WatchHub {
+    pub(super) fn new(current_rev: i64) -> WatchHub {
+        WatchHub {
+            hub: Mutex::new(Hub {
+                dispatched: current_rev,
+                ..Hub::default()
+            }),
+            next_stream: AtomicU64::new(1),
+            published: Mutex::new((current_rev, false)),
+            wake: Condvar::new(),
+            dispatched_tx: tokio::sync::watch::Sender::new(current_rev),
+        }
+    }
+
+    /// Waits until the dispatcher has handed out revision `rev` (or the store is gone).
+    pub async fn wait_dispatched(&self, rev: i64) {
+        let mut rx = self.dispatched_tx.subscribe();
+        let _ = rx.wait_for(|d| *d >= rev).await;
+    }
+
+    /// The store moved to `rev` (called by the store after each write).
+    pub(super) fn published(&self, rev: i64) {
+        lock(&self.published).0 = rev;
+        self.wake.notify_one();
+    }
+
+    pub(super) fn stop(&self) {
+        lock(&self.published).1 = true;
+        self.wake.notify_one();
+    }
+
+    /// A place for a new watch stream.
+    pub fn open_stream(&self) -> StreamHandle {
+        StreamHandle {
+            id: self.next_stream.fetch_add(1, Ordering::Relaxed),
+            mailbox: Arc::new(Mailbox {
+                mail: Mutex::new(Mail::default()),
+                notify: tokio::sync::Notify::new(),
+            }),
+        }
+    }
+
+    /// Forgets every watcher of a stream that ended.
+    pub fn close_stream(&self, stream: &StreamHandle) {
+        let mut hub = lock(&self.hub);
+        let mine: Vec<WatcherKey> = hub
+            .watchers
+            .keys()
+            .filter(|k| k.0 == stream.id)
+            .copied()
+            .collect();
+        for k in mine {
+            hub.remove(k);
+        }
+    }
+
+    /// Makes a watcher that starts now synced: returns the revision its events start at
+    /// (the one after the store's current revision).
+    pub fn watch_from_now(
+        &self,
+        store: &KvStore,
+        stream: &StreamHandle,
+        watch_id: i64,
+        spec: WatchSpec,
+    ) -> i64 {
+        let mut hub = lock(&self.hub);
+        // Read under the hub's lock: the dispatcher cannot pass it meanwhile, and it never
+        // passes the store's current revision.
+        let from = store.current_rev() + 1;
+        hub.insert(
+            (stream.id, watch_id),
+            Synced {
+                spec,
+                from_rev: from,
+                mailbox: stream.mailbox.clone(),
+            },
+        );
+        from
+    }
+
+    /// Makes a watcher that has sent everything before `next_rev` synced, unless the
+    /// dispatcher has already handed out revision `next_rev` (then it must catch up more).
+    pub fn try_sync(
+        &self,
+        stream: &StreamHandle,
+        watch_id: i64,
+        spec: &WatchSpec,
+        next_rev: i64,
+    ) -> bool {
+        let mut hub = lock(&self.hub);
+        if next_rev <= hub.dispatched {
+            return false;
+        }
+        hub.insert(
+            (stream.id, watch_id),
+            Synced {
+                spec: spec.clone(),
+                from_rev: next_rev,
+                mailbox: stream.mailbox.clone(),
+            },
+        );
+        true
+    }
+
+    /// Takes a synced watcher out (canceled, or its stream is going away).
+    pub fn remove(&self, stream: &StreamHandle, watch_id: i64) {
+        lock(&self.hub).remove((stream.id, watch_id));
+    }
+
+    /// Takes everything in the stream's mailbox, with the revision it covers: a progress
+    /// answer may say that revision once these deliveries are sent.
+    pub fn take(&self, stream: &StreamHandle) -> Taken {
+        let hub = lock(&self.hub);
+        let mut mail = lock(&stream.mailbox.mail);
+        let deliveries = std::mem::take(&mut mail.items).into();
+        mail.bytes = 0;
+        Taken {
+            deliveries,
+            unsynced: std::mem::take(&mut mail.unsynced),
+            through: hub.dispatched,
+        }
+    }
+
+    /// Hands the revisions after the last dispatched one, up to `current`, to the synced
+    /// watchers that want them.
+    fn dispatch(&self, store: &KvStore, current: i64) {
+        let mut hub = lock(&self.hub);
+        let mut woken: Vec<Arc<Mailbox>> = Vec::new();
+        while hub.dispatched < current {
+            let rev = hub.dispatched + 1;
+            match store.revision_events(rev) {
+                Some(events) => {
+                    if !hub.watchers.is_empty() {
+                        dispatch_revision(&mut hub, rev, &events, &mut woken);
+                    }
+                    hub.dispatched = rev;
+                }
+                None => {
+                    woken.extend(hub.unsync_all(rev));
+                    hub.dispatched = current;
+                }
+            }
+        }
+        let through = hub.dispatched;
+        drop(hub);
+        self.dispatched_tx.send_replace(through);
+        woken.sort_by_key(|m| Arc::as_ptr(m) as usize);
+        woken.dedup_by_key(|m| Arc::as_ptr(m) as usize);
+        for m in woken {
+            m.notify.notify_one();
+        }
+    }
+}
+
+/// An event's encodings, made the first time a watcher needs one.
+#[derive(Default)]
+struct Encoded {
+    with_prev: Option<Bytes>,
+    without_prev: Option<Bytes>,
+}
+
+impl Encoded {
+    fn get(&mut self, e: &Event, prev_kv: bool) -> Bytes {
+        let slot = if prev_kv {
+            &mut self.with_prev
+        } else {
+            &mut self.without_prev
+        };
+        slot.get_or_insert_with(|| {
+            if prev_kv || e.prev_kv.is_none() {
+                Bytes::from(e.encode_to_vec())
+            } else {
+                Bytes::from(
+                    Event {
+                        r#type: e.r#type,
+                        kv: e.kv.clone(),
+                        prev_kv: None,
+                    }
+                    .encode_to_vec(),
+                )
+            }
+        })
+        .clone()
+    }
+}
+
+fn dispatch_revision(hub: &mut Hub, rev: i64, events: &[Event], woken: &mut Vec<Arc<Mailbox>>) {
+    let mut encoded: Vec<Encoded> = Vec::new();
+    encoded.resize_with(events.len(), Encoded::default);
+    // Each matched watcher's events of this revision, in event order.
+    let mut per_watcher: HashMap<WatcherKey, Vec<Bytes>> = HashMap::new();
+    let mut order: Vec<WatcherKey> = Vec::new();
+    for (i, e) in events.iter().enumerate() {
+        let Some(kv) = e.kv.as_ref() else { continue };
+        let exact = hub.exact.get(&kv.key).map(Vec::as_slice).unwrap_or(&[]);
+        for k in exact.iter().chain(hub.ranges.iter()) {
+            let Some(s) = hub.watchers.get(k) else {
+                continue;
+            };
+            if rev < s.from_rev || !s.spec.wants(e) {
+                continue;
+            }
+            let bytes = encoded[i].get(e, s.spec.prev_kv);
+            per_watcher
+                .entry(*k)
+                .or_insert_with(|| {
+                    order.push(*k);
+                    Vec::new()
+                })
+                .push(bytes);
+        }
+    }
+    for k in order {
+        let Some(events) = per_watcher.remove(&k) else {
+            continue;
+        };
+        let Some(s) = hub.watchers.get(&k) else {
+            continue;
+        };
+        let mailbox = s.mailbox.clone();
+        let size: usize = events.iter().map(Bytes::len).sum();
+        let full = {
+            let mut mail = lock(&mailbox.mail);
+            if mail.items.len() >= MAILBOX_ITEMS || mail.bytes + size > MAILBOX_BYTES {
+                // The stream does not keep up: this watcher catches up from history instead.
+                mail.unsynced.push((k.1, rev));
+                true
+            } else {
+                mail.bytes += size;
+                mail.items.push_back(Delivery {
+                    watch_id: k.1,
+                    rev,
+                    events,
+                });
+                false
+            }
+        };
+        if full {
+            hub.remove(k);
+        }
+        woken.push(mailbox);
+    }
+}
+
+/// Starts the dispatcher of `store`; it ends when the store is dropped.
+pub(super) fn spawn_dispatcher(store: Weak<KvStore>, hub: Arc<WatchHub>) {
+    let spawned = std::thread::Builder::new()
+        .name("watch-dispatch".into())
+        .spawn(move || {
+            loop {
+                let current = {
+                    let hub_state = lock(&hub.hub).dispatched;
+                    let mut p = lock(&hub.published);
+                    while !p.1 && p.0 <= hub_state {
+                        p = hub.wake.wait(p).unwrap_or_else(|e| e.into_inner());
+                    }
+                    if p.1 {
+                        return;
+                    }
+                    p.0
+                };
+                let Some(store) = store.upgrade() else { return };
+                hub.dispatch(&store, current);
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "cannot start the watch dispatcher; watchers will not get events");
+    }
+}

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Installs what the tests need from Debian when it is missing: the real etcd 3.4 server and Go
-# etcdctl (the compatibility oracle), and curl (HTTP checks). Safe to run again; does nothing
+# etcdctl (the compatibility oracle), curl (HTTP checks), Patroni and PostgreSQL 15 (a real
+# client program of the JSON gateway). Safe to run again; does nothing
 # when all is present.
 set -euo pipefail
 missing=()
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
+# tests/patroni.rs: Patroni (etcd3 backend) over PostgreSQL 15 on our server.
+command -v patroni >/dev/null 2>&1 || missing+=(patroni)
+[ -x /usr/lib/postgresql/15/bin/postgres ] || missing+=(postgresql-15)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"

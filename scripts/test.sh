@@ -19,3 +19,6 @@ TWIN_SERVER_BIN="$(cd "$target_dir/debug" && pwd)/etcd" \
   cargo test -p etcdctl --test compat -- \
   kv_commands txn_matches watch_matches lease_commands alarms_match make_mirror snapshot_lock_elect auth_user_role cluster_and_maintenance \
   global_flags unsupported_features tls_matches
+echo "== etcdctl on a terminal against etcd-rs (real etcdctl on etcd 3.4 vs ours on etcd-rs, through a pty)"
+TWIN_SERVER_BIN="$(cd "$target_dir/debug" && pwd)/etcd" \
+  cargo test -p etcdctl --test terminal

@@ -166,6 +166,8 @@ fn run(cfg: Config) -> Result<(), String> {
         let _ = tokio::task::spawn_blocking(move || s.stop()).await;
         tracing::info!("stopped etcd server");
         match failed {
+            // etcd stops a removed member and exits 0: that is its end of life, not a fault.
+            Some(f) if f == etcd::transport::REMOVED_MESSAGE => Ok(()),
             Some(f) => Err(f),
             None => Ok(()),
         }

@@ -119,6 +119,22 @@ fn health_version_and_metrics() {
     let real = RealEtcd::start(&dir.path().join("real"), "real");
     let url = &ours.client_url;
 
+    // The line test-cluster tools wait for, once the client port serves (zap JSON, as etcd
+    // 3.4 with --logger=zap prints it).
+    let log = std::fs::read_to_string(dir.path().join("ours.log")).unwrap();
+    let ready = log
+        .lines()
+        .find(|l| l.contains("ready to serve client requests"))
+        .unwrap_or_else(|| panic!("no ready line in {log}"));
+    let ready: Value = serde_json::from_str(ready).unwrap();
+    assert_eq!(
+        (&ready["level"], &ready["msg"]),
+        (
+            &Value::from("info"),
+            &Value::from("ready to serve client requests")
+        )
+    );
+
     // /health: the same status, body and content type as etcd 3.4.
     for path in ["/health", "/health?serializable=true"] {
         let a = get(url, path);
@@ -574,4 +590,205 @@ fn corrupt_alarm_refuses_what_etcd_refuses() {
     }
     assert!(real_seen.iter().any(|a| a.2.contains("corrupt cluster")));
     assert!(real_seen.iter().any(|a| a.0 == "get a" && a.1 == Some(0)));
+}
+
+/// The shape of a JSON answer: every object's keys (recursively) and every error in full, with
+/// values that differ by construction between two servers (IDs, keys holding lease IDs, blobs
+/// of two different db files) left out.
+fn shape(v: &Value) -> Value {
+    match v {
+        Value::Object(o) if o.contains_key("error") => v.clone(),
+        Value::Object(o) => Value::Object(
+            o.iter()
+                .map(|(k, x)| (k.clone(), shape(x)))
+                .collect::<serde_json::Map<_, _>>(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(shape).collect()),
+        _ => Value::Null,
+    }
+}
+
+/// One streamed answer: (status, its lines as JSON, whether the server ended it before `wait`).
+fn stream(e: &RealEtcd, path: &str, body: &str, wait: Duration) -> (u16, Vec<Value>, bool) {
+    let t = std::time::Instant::now();
+    let r = request(&e.client_url, "POST", path, body, wait);
+    let ended = t.elapsed() < wait;
+    let lines = r
+        .body
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|err| panic!("{l:?}: {err}")))
+        .collect();
+    (r.status, lines, ended)
+}
+
+/// The gateway's streaming routes and the election/lock/maintenance routes, on ours and on
+/// etcd 3.4, compared message by message: a keep-alive answers each request object and ends
+/// when the body does (curl's way: one POST with the objects, then wait for the answer); a
+/// watch keeps streaming; the snapshot comes as the db in 32 KiB messages then its sha256;
+/// Observe streams the leader; Lock without a lease opens a 60s session lease.
+#[test]
+fn gateway_streams_answer_as_etcd() {
+    let dir = tempfile::tempdir().unwrap();
+    let ours = RealEtcd::start_bin(OURS, &dir.path().join("ours"), "ours", &[]);
+    let real = RealEtcd::start(&dir.path().join("real"), "real");
+    let both = [&ours, &real];
+    for e in both {
+        let r = post(
+            &e.client_url,
+            "/v3/lease/grant",
+            r#"{"TTL":"60","ID":"77"}"#,
+        );
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    let wait = Duration::from_secs(4);
+    // Keep-alives: two objects in one body; an unknown lease (TTL 0, no error); bad JSON
+    // after a good object ends the request side there.
+    for body in [
+        r#"{"ID":"77"}{"ID":77}"#,
+        r#"{"ID":"5"}"#,
+        "{\"ID\":\"77\"}\n{\"ID\":",
+        "",
+    ] {
+        let got: Vec<_> = both
+            .iter()
+            .map(|e| {
+                let (status, lines, ended) = stream(e, "/v3/lease/keepalive", body, wait);
+                let lines: Vec<Value> =
+                    lines.iter().map(|l| normalise(&l.to_string(), e)).collect();
+                (status, lines, ended)
+            })
+            .collect();
+        assert_eq!(got[0], got[1], "keepalive {body:?}");
+        assert!(got[1].2, "etcd ends a keep-alive with the body: {body:?}");
+    }
+    // A snapshot: same messages (shape), the last one the 32-byte sha256, each earlier one's
+    // remaining_bytes what is left after it.
+    let snaps: Vec<_> = both
+        .iter()
+        .map(|e| stream(e, "/v3/maintenance/snapshot", "{}", Duration::from_secs(10)))
+        .collect();
+    for (status, lines, ended) in &snaps {
+        assert_eq!((*status, *ended), (200, true));
+        let blobs: Vec<(usize, u64)> = lines
+            .iter()
+            .map(|l| {
+                let r = &l["result"];
+                let blob = base64_len(r["blob"].as_str().unwrap_or(""));
+                let rem = r["remaining_bytes"]
+                    .as_str()
+                    .map_or(0, |s| s.parse().unwrap());
+                (blob, rem)
+            })
+            .collect();
+        let (sha, db) = blobs.split_last().expect("messages");
+        assert_eq!(*sha, (32, 0));
+        let total: usize = db.iter().map(|b| b.0).sum();
+        let mut sent = 0;
+        for (len, rem) in db {
+            assert!(*len <= 32 * 1024);
+            sent += len;
+            assert_eq!(*rem as usize, total - sent);
+        }
+    }
+    let shapes = |i: usize| -> Vec<Value> { snaps[i].1.iter().map(shape).collect() };
+    assert_eq!(shapes(0).len(), snaps[0].1.len());
+    assert_eq!(
+        shapes(0).first(),
+        shapes(1).first(),
+        "first snapshot message"
+    );
+    assert_eq!(shapes(0).last(), shapes(1).last(), "sha256 message");
+
+    // Election routes: campaign (no lease: a session is opened), leader, observe, proclaim and
+    // resign with a stale or missing leader key, a name without a leader.
+    let mut seen = Vec::new();
+    for e in both {
+        let c = post(
+            &e.client_url,
+            "/v3/election/campaign",
+            r#"{"name":"ZWw=","value":"djE="}"#,
+        );
+        let leader: Value = serde_json::from_str(&c.body).unwrap();
+        let leader = leader["leader"].clone();
+        let (status, observed, ended) = stream(
+            e,
+            "/v3/election/observe",
+            r#"{"name":"ZWw="}"#,
+            Duration::from_secs(2),
+        );
+        let proclaim = format!(r#"{{"leader":{leader},"value":"djI="}}"#);
+        let mut answers = vec![
+            (c.status, shape(&serde_json::from_str(&c.body).unwrap())),
+            (status, Value::Array(observed.iter().map(shape).collect())),
+            (u16::from(ended), Value::Null),
+        ];
+        for (path, body) in [
+            ("/v3/election/leader", r#"{"name":"ZWw="}"#.to_string()),
+            ("/v3/election/proclaim", proclaim),
+            (
+                "/v3/election/proclaim",
+                r#"{"leader":{"name":"ZWw=","key":"bm9wZQ==","rev":"99","lease":"5"},"value":"eA=="}"#
+                    .to_string(),
+            ),
+            ("/v3/election/proclaim", r#"{"value":"eA=="}"#.to_string()),
+            ("/v3/election/resign", "{}".to_string()),
+            (
+                "/v3/election/resign",
+                r#"{"leader":{"name":"ZWw=","key":"bm9wZQ==","rev":"99","lease":"5"}}"#
+                    .to_string(),
+            ),
+            ("/v3/election/resign", format!(r#"{{"leader":{leader}}}"#)),
+            ("/v3/election/leader", r#"{"name":"ZWw="}"#.to_string()),
+            ("/v3/election/leader", r#"{"name":"bm9uZQ=="}"#.to_string()),
+        ] {
+            let r = post(&e.client_url, path, &body);
+            answers.push((r.status, shape(&serde_json::from_str(&r.body).unwrap())));
+        }
+        seen.push(answers);
+    }
+    assert_eq!(seen[0], seen[1], "election routes");
+
+    // Lock without a lease, Defragment's empty answer, moving the leadership to the leader,
+    // a body with text after its JSON object.
+    for e in both {
+        let r = post(&e.client_url, "/v3/lock/lock", r#"{"name":"bG9jaw=="}"#);
+        assert_eq!(r.status, 200, "{}", r.body);
+        let v: Value = serde_json::from_str(&r.body).unwrap();
+        let key = base64_decode(v["key"].as_str().unwrap());
+        let lease_hex = String::from_utf8(key).unwrap();
+        let lease_hex = lease_hex.strip_prefix("lock/").unwrap();
+        let lease = i64::from_str_radix(lease_hex, 16).unwrap();
+        let ttl = post(
+            &e.client_url,
+            "/v3/lease/timetolive",
+            &format!(r#"{{"ID":"{lease}"}}"#),
+        );
+        let ttl: Value = serde_json::from_str(&ttl.body).unwrap();
+        assert_eq!(ttl["grantedTTL"], "60", "{ttl}");
+        let d = post(&e.client_url, "/v3/maintenance/defragment", "{}");
+        assert_eq!((d.status, d.body.as_str()), (200, "{}"));
+        let status: Value =
+            serde_json::from_str(&post(&e.client_url, "/v3/maintenance/status", "{}").body)
+                .unwrap();
+        let me = status["header"]["member_id"].as_str().unwrap();
+        let m = post(
+            &e.client_url,
+            "/v3/maintenance/transfer-leadership",
+            &format!(r#"{{"targetID":"{me}"}}"#),
+        );
+        assert_eq!((m.status, m.body.as_str()), (200, "{}"));
+        let t = post(&e.client_url, "/v3/kv/range", r#"{"key":"Zm9v"} and more"#);
+        assert_eq!(t.status, 200, "{}", t.body);
+    }
+}
+
+fn base64_decode(s: &str) -> Vec<u8> {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD
+        .decode(s)
+        .expect("base64")
+}
+
+fn base64_len(s: &str) -> usize {
+    base64_decode(s).len()
 }

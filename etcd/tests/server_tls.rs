@@ -9,7 +9,7 @@ mod support;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,7 +18,6 @@ use rcgen::{
     ExtendedKeyUsagePurpose, IsCa, Issuer, KeyIdMethod, KeyPair, KeyUsagePurpose,
     RevokedCertParams, SerialNumber,
 };
-use support::free_port;
 
 const OURS: &str = env!("CARGO_BIN_EXE_etcd");
 
@@ -109,46 +108,11 @@ fn make_pki(dir: &Path) -> Pki {
 }
 
 /// A server process on https:// URLs; killed when dropped.
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+type Server = support::HttpsMember;
 
 fn start(bin: &str, dir: &Path, extra: &[&str], ready: &[&str]) -> Server {
-    let url = format!("https://127.0.0.1:{}", free_port());
-    let peer = format!("http://127.0.0.1:{}", free_port());
     let log = std::fs::File::create(dir.with_extension("log")).unwrap();
-    let child = Command::new(bin)
-        .args(["--name", "tls", "--data-dir"])
-        .arg(dir)
-        .args([
-            "--listen-client-urls",
-            &url,
-            "--advertise-client-urls",
-            &url,
-        ])
-        .args([
-            "--listen-peer-urls",
-            &peer,
-            "--initial-advertise-peer-urls",
-            &peer,
-        ])
-        .arg(format!("--initial-cluster=tls={peer}"))
-        .args(extra)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("spawn the server");
-    let mut s = Server { child, url };
+    let mut s = Server::spawn(bin, dir, log.into(), extra);
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let mut args = ready.to_vec();

@@ -48,6 +48,62 @@ pub struct Client {
     channel: Channel,
     interceptor: TokenInterceptor,
     pub command_timeout: Duration,
+    /// The first endpoint of the list, as clientv3 names its target in log lines.
+    target: String,
+}
+
+/// clientv3's balancer target for a list of endpoints: the first one, without its scheme.
+fn log_target(eps: &[String]) -> String {
+    let first = eps.first().map(String::as_str).unwrap_or_default();
+    first
+        .split_once("://")
+        .map_or(first, |(_, r)| r)
+        .to_string()
+}
+
+/// A random (version 4) UUID, as clientv3 names each client it makes.
+fn client_uuid() -> String {
+    use std::io::Read;
+    let mut b = [0u8; 16];
+    // Only a name in a log line: without /dev/urandom the clock's bits do.
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .is_err()
+    {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        b = (t ^ u128::from(std::process::id())).to_le_bytes();
+    }
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
+}
+
+/// The warning Go's clientv3 logs on stderr when a unary call fails (its retry interceptor,
+/// before the command prints its own `Error:` line); scripts and people see both.
+fn warn_unary_failure(target: &str, code: tonic::Code, desc: &str) {
+    static CLIENT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let id = CLIENT.get_or_init(client_uuid);
+    let q = |s: &str| serde_json::Value::from(s).to_string();
+    eprintln!(
+        "{{\"level\":\"warn\",\"ts\":{},\"caller\":\"clientv3/retry_interceptor.go:62\",\"msg\":\"retrying of unary invoker failed\",\"target\":{},\"attempt\":0,\"error\":{}}}",
+        q(&etcd::logging::format_ts(std::time::SystemTime::now())),
+        q(&format!("endpoint://client-{id}/{target}")),
+        q(&format!(
+            "rpc error: code = {} desc = {desc}",
+            crate::error::go_code_name(code)
+        )),
+    );
 }
 
 /// The URL tonic dials for an endpoint given as etcd accepts it (`host:port` or a URL).
@@ -105,11 +161,19 @@ pub fn tls_config(g: &GlobalArgs) -> Result<Arc<rustls::ClientConfig>> {
         check_readable(ca)?;
         info.trusted_ca_file = ca.clone();
     }
-    let cfg =
-        etcd::tls::client_config(&info, g.insecure_skip_tls_verify).map_err(CtlError::other)?;
+    // As etcdctl 3.4: --insecure-skip-tls-verify applies only to a TLS setup the flags asked
+    // for; an https endpoint dialed without one verifies against the system's roots.
+    let skip = g.insecure_skip_tls_verify && tls_requested(g);
+    let cfg = etcd::tls::client_config(&info, skip).map_err(CtlError::other)?;
     let mut cfg = (*cfg).clone();
     cfg.alpn_protocols = vec![b"h2".to_vec()];
     Ok(Arc::new(cfg))
+}
+
+/// Whether the flags ask for TLS (etcdctl 3.4 builds a TLS setup then, used for endpoints
+/// without a scheme as well as for https ones).
+fn tls_requested(g: &GlobalArgs) -> bool {
+    g.cert.is_some() || g.key.is_some() || g.cacert.is_some() || !g.insecure_transport
 }
 
 /// How one endpoint is dialed: tonic's own connector for http, ours (TLS) for https.
@@ -137,6 +201,9 @@ fn endpoint_for(
 ) -> Result<Dial> {
     let mut url = endpoint_url(ep);
     let mut with_tls = None;
+    if !ep.contains("://") && tls_requested(g) {
+        url = format!("https://{ep}");
+    }
     if let Some(rest) = url.strip_prefix("https://") {
         if tls.is_none() {
             *tls = Some(tls_config(g)?);
@@ -149,7 +216,11 @@ fn endpoint_for(
         .map_err(|e| CtlError::other(format!("invalid endpoint {ep:?}: {e}")))?;
     Ok(Dial {
         endpoint: e
-            .connect_timeout(g.dial_timeout)
+            .connect_timeout(if g.dial_timeout.is_zero() {
+                g.command_timeout
+            } else {
+                g.dial_timeout
+            })
             .http2_keep_alive_interval(g.keepalive_time)
             .keep_alive_timeout(g.keepalive_timeout)
             .keep_alive_while_idle(true)
@@ -266,7 +337,14 @@ impl Client {
         if eps.is_empty() {
             return Err(CtlError::bad_args("no endpoints given"));
         }
-        let deadline = tokio::time::Instant::now() + g.dial_timeout;
+        // A dial timeout of 0 is none in Go: the first call then waits for a connection
+        // as long as its own --command-timeout allows.
+        let dial_for = if g.dial_timeout.is_zero() {
+            g.command_timeout
+        } else {
+            g.dial_timeout
+        };
+        let deadline = tokio::time::Instant::now() + dial_for;
         let mut endpoints = Vec::new();
         let mut tls = None;
         for ep in eps {
@@ -293,6 +371,7 @@ impl Client {
                         channel,
                         interceptor: TokenInterceptor::default(),
                         command_timeout: g.command_timeout,
+                        target: log_target(eps),
                     };
                     c.login(g).await?;
                     return Ok(c);
@@ -302,6 +381,14 @@ impl Client {
                 // With --user etcd dials (and logs in) before the command, and a failure
                 // there is its "bad connection" (exit 2); otherwise the command's call fails.
                 let msg = "context deadline exceeded".to_string();
+                if g.user.is_none() {
+                    // What clientv3 says of the call that found no connection ready.
+                    warn_unary_failure(
+                        &log_target(eps),
+                        tonic::Code::DeadlineExceeded,
+                        "latest balancer error: all SubConns are in TransientFailure",
+                    );
+                }
                 return Err(if g.user.is_some() {
                     CtlError::BadConnection(msg)
                 } else {
@@ -372,15 +459,34 @@ impl Client {
         ElectionClient::new(self.svc()).max_decoding_message_size(usize::MAX)
     }
 
-    /// Runs one unary call under --command-timeout and turns its status into etcd's error text.
+    /// Runs one unary call under --command-timeout and turns its status into etcd's error
+    /// text, after clientv3's warning line.
     pub async fn unary<T>(
         &self,
         fut: impl Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
     ) -> Result<T> {
-        match tokio::time::timeout(self.command_timeout, fut).await {
+        // Go's context with a timeout of 0 has expired before the call starts.
+        let result = if self.command_timeout.is_zero() {
+            Err(())
+        } else {
+            tokio::time::timeout(self.command_timeout, fut)
+                .await
+                .map_err(drop)
+        };
+        match result {
             Ok(Ok(r)) => Ok(r.into_inner()),
-            Ok(Err(s)) => Err(CtlError::Other(status_message(&s))),
-            Err(_) => Err(CtlError::other("context deadline exceeded")),
+            Ok(Err(s)) => {
+                warn_unary_failure(&self.target, s.code(), s.message());
+                Err(CtlError::Other(status_message(&s)))
+            }
+            Err(_) => {
+                warn_unary_failure(
+                    &self.target,
+                    tonic::Code::DeadlineExceeded,
+                    "context deadline exceeded",
+                );
+                Err(CtlError::other("context deadline exceeded"))
+            }
         }
     }
 }

@@ -94,7 +94,7 @@ pub fn status_message(s: &tonic::Status) -> String {
 }
 
 /// grpc-go's names for status codes (they differ from tonic's in one spelling).
-fn go_code_name(c: tonic::Code) -> &'static str {
+pub fn go_code_name(c: tonic::Code) -> &'static str {
     use tonic::Code::*;
     match c {
         Ok => "OK",

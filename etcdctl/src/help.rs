@@ -11,9 +11,37 @@ use crate::commands::version::{API_VERSION, ETCDCTL_VERSION};
 pub fn find<'a>(root: &'a Command, path: &[String]) -> Option<&'a Command> {
     let mut cmd = root;
     for name in path {
-        cmd = cmd.find_subcommand(name)?;
+        cmd = subcommand(cmd, name)?;
     }
     Some(cmd)
+}
+
+/// The full names of the commands `path` names (prefixes resolved), if it names one.
+pub fn resolve(root: &Command, path: &[String]) -> Option<Vec<String>> {
+    let mut cmd = root;
+    let mut names = Vec::new();
+    for word in path {
+        cmd = subcommand(cmd, word)?;
+        names.push(cmd.get_name().to_string());
+    }
+    Some(names)
+}
+
+/// The subcommand of `cmd` that `word` names, as cobra finds it with prefix matching on (etcdctl
+/// turns it on): a name or alias equal to the word, else the one command whose name or alias
+/// starts with it. An ambiguous prefix names nothing.
+pub fn subcommand<'a>(cmd: &'a Command, word: &str) -> Option<&'a Command> {
+    if let Some(c) = cmd.find_subcommand(word) {
+        return Some(c);
+    }
+    if word.is_empty() {
+        return None;
+    }
+    let mut matches = cmd.get_subcommands().filter(|c| {
+        c.get_name().starts_with(word) || c.get_all_aliases().any(|a| a.starts_with(word))
+    });
+    let first = matches.next()?;
+    matches.next().is_none().then_some(first)
 }
 
 /// The full help page of the command at `path`. `help_flag` is false only for the page
@@ -271,15 +299,49 @@ pub fn tabwrite(text: &str) -> String {
     out
 }
 
+/// The root commands in the order etcdctl 3.4 adds them to cobra (then cobra's completion).
+const GO_ORDER: &[&str] = &[
+    "get",
+    "put",
+    "del",
+    "txn",
+    "compaction",
+    "alarm",
+    "defrag",
+    "endpoint",
+    "move-leader",
+    "watch",
+    "version",
+    "lease",
+    "member",
+    "snapshot",
+    "make-mirror",
+    "migrate",
+    "lock",
+    "elect",
+    "auth",
+    "user",
+    "role",
+    "check",
+    "completion",
+];
+
 /// Commands within edit distance 2 of `typed`, or starting with it, as cobra suggests them.
 pub fn suggestions(root: &Command, typed: &str) -> Vec<String> {
     let typed_l = typed.to_lowercase();
+    // cobra lists them in the order etcdctl added them (sorting is off), help excluded.
+    let rank = |n: &str| {
+        GO_ORDER
+            .iter()
+            .position(|g| *g == n)
+            .unwrap_or(GO_ORDER.len())
+    };
     let mut names: Vec<&str> = root
         .get_subcommands()
-        .filter(|c| !c.is_hide_set())
+        .filter(|c| !c.is_hide_set() && c.get_name() != "help")
         .map(|c| c.get_name())
         .collect();
-    names.sort();
+    names.sort_by_key(|n| (rank(n), n.to_string()));
     names
         .into_iter()
         .filter(|n| {

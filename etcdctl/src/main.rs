@@ -147,8 +147,8 @@ async fn dispatch(ctx: &Ctx, cmd: &Command) -> error::Result<()> {
         Command::Version => commands::version::run(ctx),
         Command::Help { topic } => {
             let root = command_tree();
-            match help::find(&root, topic) {
-                Some(_) => print!("{}", help::render(&root, topic, true)),
+            match help::resolve(&root, topic) {
+                Some(path) => print!("{}", help::render(&root, &path, true)),
                 None => {
                     eprintln!("Unknown help topic [`{}`]", topic.join(" "));
                     print!("{}", help::render(&root, &[], false));
@@ -267,13 +267,21 @@ enum Early {
 }
 
 /// Finds the command path the way cobra does (flags skipped, an unknown flag taking the next
-/// word as its value), and whether -h/--help was given before "--".
-fn early(root: &clap::Command, args: &[String]) -> Early {
+/// word as its value, unique prefixes of command names accepted), and whether -h/--help was
+/// given before "--". A command word given as a prefix is replaced in `args` by the full name,
+/// so that clap parses what cobra ran.
+fn early(root: &clap::Command, args_out: &mut [std::ffi::OsString]) -> Early {
+    let words: Vec<String> = args_out
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let args = &words;
     let mut path: Vec<String> = Vec::new();
     let mut cmd = root;
     let mut known: Vec<&clap::Arg> = root.get_arguments().collect();
     let mut help = false;
     let mut leaf = !root.has_subcommands();
+    let mut rewrites: Vec<(usize, String)> = Vec::new();
     let mut i = 0;
     while i < args.len() {
         let a = &args[i];
@@ -318,13 +326,17 @@ fn early(root: &clap::Command, args: &[String]) -> Early {
         if leaf {
             continue;
         }
-        match cmd.find_subcommand(a) {
+        match help::subcommand(cmd, a) {
             Some(sub) => {
-                path.push(a.clone());
+                let name = sub.get_name().to_string();
+                if name != *a {
+                    rewrites.push((i - 1, name.clone()));
+                }
+                path.push(name.clone());
                 cmd = sub;
                 known.extend(sub.get_arguments());
                 // After `help`, the words are its topic (it is parsed and run as a command).
-                leaf = !sub.has_subcommands() || (a == "help" && path.len() == 1);
+                leaf = !sub.has_subcommands() || (name == "help" && path.len() == 1);
             }
             None if path.is_empty() => return Early::UnknownCommand(a.clone()),
             // A group given a word that is none of its commands shows its help, as etcd does.
@@ -334,17 +346,18 @@ fn early(root: &clap::Command, args: &[String]) -> Early {
     if help || !leaf {
         Early::Help(path)
     } else {
+        for (i, name) in rewrites {
+            args_out[i] = name.into();
+        }
         Early::Parse(path)
     }
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args_os()
-        .skip(1)
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
+    // Arguments are bytes, as in Go: keys and values need not be UTF-8.
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let root = command_tree();
-    let path = match early(&root, &args) {
+    let path = match early(&root, &mut args[1..]) {
         Early::Help(path) => {
             print!("{}", help::render(&root, &path, true));
             std::process::exit(0);
@@ -365,7 +378,7 @@ fn main() {
         }
         Early::Parse(path) => path,
     };
-    let parsed = root.clone().try_get_matches().and_then(|m| {
+    let parsed = root.clone().try_get_matches_from(args).and_then(|m| {
         if let Err(msg) = check_env_conflicts(&m) {
             eprintln!("Error: {msg}");
             std::process::exit(EXIT_ERROR);

@@ -1,12 +1,23 @@
 // Progress bars for long offline jobs (restore, defrag, check, backup): shown only when stderr
 // is a terminal, so scripts and logs stay quiet.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use indicatif::{ProgressBar, ProgressStyle};
 
-/// Whether stderr is a terminal.
+/// Off for callers that must print exactly what another tool prints (etcdctl 3.4's snapshot
+/// commands show no bars).
+static ENABLED: AtomicBool = AtomicBool::new(true);
+
+/// Turns the bars of this process on or off.
+pub fn set_enabled(on: bool) {
+    ENABLED.store(on, Ordering::Relaxed);
+}
+
+/// Whether stderr is a terminal (and bars are enabled).
 pub fn stderr_is_tty() -> bool {
     // Safety: isatty only inspects the descriptor.
-    unsafe { libc::isatty(libc::STDERR_FILENO) == 1 }
+    ENABLED.load(Ordering::Relaxed) && unsafe { libc::isatty(libc::STDERR_FILENO) == 1 }
 }
 
 /// A byte-counting bar of `total` bytes labelled `what`, or None off a terminal.

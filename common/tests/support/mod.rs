@@ -221,3 +221,49 @@ impl Drop for RealEtcd {
         self.kill9();
     }
 }
+
+/// A single member of `bin` whose client URL is https (its peer URL plain http), started with
+/// `extra` flags (certificate files or --auto-tls); killed when dropped. Callers wait for it.
+pub struct HttpsMember {
+    pub child: std::process::Child,
+    pub url: String,
+}
+
+impl HttpsMember {
+    pub fn spawn(bin: &str, data_dir: &Path, stderr: Stdio, extra: &[&str]) -> HttpsMember {
+        let url = format!("https://127.0.0.1:{}", free_port());
+        let peer = format!("http://127.0.0.1:{}", free_port());
+        let child = Command::new(bin)
+            .args(["--name", "tls", "--data-dir"])
+            .arg(data_dir)
+            .args([
+                "--listen-client-urls",
+                &url,
+                "--advertise-client-urls",
+                &url,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer,
+                "--initial-advertise-peer-urls",
+                &peer,
+            ])
+            .arg(format!("--initial-cluster=tls={peer}"))
+            .args(extra)
+            // No ETCD_* variables from the test's environment.
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {bin}: {e}"));
+        HttpsMember { child, url }
+    }
+}
+
+impl Drop for HttpsMember {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

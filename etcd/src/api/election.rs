@@ -18,10 +18,7 @@ use tokio_stream::{Stream, wrappers::ReceiverStream};
 use tonic::{Request, Response, Status};
 
 use super::auth::{check_recipe, identity};
-use super::errors;
-use super::lock::{create_once, prefix_end, wait_oldest};
-use crate::api::errors::ToStatus;
-use crate::apply::kv::LeaseLookup;
+use super::lock::{create_once, prefix_end, session_lease, wait_oldest};
 use crate::auth::AuthInfo;
 use crate::mvcc::KeyRange;
 use crate::server::EtcdServer;
@@ -81,8 +78,13 @@ async fn if_leader(
     }
 }
 
+// etcd's election server returns its recipe's plain errors, which gRPC sends as Unknown.
 fn not_leader() -> Status {
-    Status::failed_precondition("election: not leader")
+    Status::unknown("election: not leader")
+}
+
+fn missing_leader_key() -> Status {
+    Status::unknown("\"leader\" field must be provided")
 }
 
 #[tonic::async_trait]
@@ -92,11 +94,11 @@ impl Election for ElectionService {
         r: Request<CampaignRequest>,
     ) -> Result<Response<CampaignResponse>, Status> {
         let ai = identity(&self.server, &r)?;
-        let r = r.into_inner();
-        if !self.server.lessor().lease_exists(r.lease) {
-            return Err(errors::LEASE_NOT_FOUND.status());
-        }
+        let mut r = r.into_inner();
         let prefix = prefix_of(&r.name);
+        // Permissions first: a refused caller must not leave a session lease behind.
+        check_recipe(&self.server, &ai, &prefix, None)?;
+        r.lease = session_lease(&self.server, r.lease).await?;
         let mut key = prefix.clone();
         key.extend_from_slice(format!("{:x}", r.lease).as_bytes());
         check_recipe(&self.server, &ai, &prefix, Some(&key))?;
@@ -132,7 +134,7 @@ impl Election for ElectionService {
     ) -> Result<Response<ProclaimResponse>, Status> {
         let ai = identity(&self.server, &r)?;
         let r = r.into_inner();
-        let leader = r.leader.ok_or_else(not_leader)?;
+        let leader = r.leader.ok_or_else(missing_leader_key)?;
         check_recipe(&self.server, &ai, b"", Some(&leader.key))?;
         let put = Op::RequestPut(PutRequest {
             key: leader.key.clone(),
@@ -157,7 +159,7 @@ impl Election for ElectionService {
                 header: self.server.header(self.server.kv().current_rev()),
                 kv: Some(kv),
             })),
-            None => Err(Status::failed_precondition("election: no leader")),
+            None => Err(Status::unknown("election: no leader")),
         }
     }
 
@@ -207,15 +209,14 @@ impl Election for ElectionService {
 
     async fn resign(&self, r: Request<ResignRequest>) -> Result<Response<ResignResponse>, Status> {
         let ai = identity(&self.server, &r)?;
-        if let Some(leader) = r.into_inner().leader {
-            check_recipe(&self.server, &ai, b"", Some(&leader.key))?;
-            let del = Op::RequestDeleteRange(DeleteRangeRequest {
-                key: leader.key.clone(),
-                ..Default::default()
-            });
-            // Resigning when no longer the leader is not an error (nothing to give up).
-            if_leader(&self.server, &ai, &leader, del).await?;
-        }
+        let leader = r.into_inner().leader.ok_or_else(missing_leader_key)?;
+        check_recipe(&self.server, &ai, b"", Some(&leader.key))?;
+        let del = Op::RequestDeleteRange(DeleteRangeRequest {
+            key: leader.key.clone(),
+            ..Default::default()
+        });
+        // Resigning when no longer the leader is not an error (nothing to give up).
+        if_leader(&self.server, &ai, &leader, del).await?;
         Ok(Response::new(ResignResponse {
             header: self.server.header(self.server.kv().current_rev()),
         }))

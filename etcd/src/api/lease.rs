@@ -31,35 +31,41 @@ fn unexpected() -> Status {
     errors::CORRUPT.status()
 }
 
+/// Grants a lease through raft (an ID of 0 is picked here), as LeaseGrant does.
+pub(crate) async fn grant(
+    server: &EtcdServer,
+    mut r: LeaseGrantRequest,
+) -> Result<LeaseGrantResponse, Status> {
+    server.guard_write()?;
+    if r.ttl > MAX_LEASE_TTL {
+        return Err(errors::LEASE_TTL_TOO_LARGE.status());
+    }
+    if r.id == 0 {
+        r.id = server.next_lease_id();
+    }
+    server.check_quota(64).await?;
+    let out = server
+        .propose(InternalRaftRequest {
+            lease_grant: Some(r),
+            ..Default::default()
+        })
+        .await?;
+    match out.result? {
+        Applied::LeaseGrant(mut g) => {
+            g.header = server.header(out.revision);
+            Ok(g)
+        }
+        _ => Err(unexpected()),
+    }
+}
+
 #[tonic::async_trait]
 impl Lease for LeaseService {
     async fn lease_grant(
         &self,
         r: Request<LeaseGrantRequest>,
     ) -> Result<Response<LeaseGrantResponse>, Status> {
-        self.server.guard_write()?;
-        let mut r = r.into_inner();
-        if r.ttl > MAX_LEASE_TTL {
-            return Err(errors::LEASE_TTL_TOO_LARGE.status());
-        }
-        if r.id == 0 {
-            r.id = self.server.next_lease_id();
-        }
-        self.server.check_quota(64).await?;
-        let out = self
-            .server
-            .propose(InternalRaftRequest {
-                lease_grant: Some(r),
-                ..Default::default()
-            })
-            .await?;
-        match out.result? {
-            Applied::LeaseGrant(mut g) => {
-                g.header = self.server.header(out.revision);
-                Ok(Response::new(g))
-            }
-            _ => Err(unexpected()),
-        }
+        grant(&self.server, r.into_inner()).await.map(Response::new)
     }
 
     async fn lease_revoke(

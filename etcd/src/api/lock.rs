@@ -38,6 +38,31 @@ pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     vec![0]
 }
 
+/// The TTL of the session lease etcd's lock and election servers open for a caller that
+/// names no lease (clientv3 concurrency's default session TTL).
+const SESSION_TTL: i64 = 60;
+
+/// The lease a Lock or Campaign runs under: the caller's, which must exist, or for lease 0 a
+/// new one of SESSION_TTL seconds that nobody keeps alive, as etcd's servers open a session
+/// and orphan it: the lock or candidacy ends when that lease expires unless released first.
+pub(crate) async fn session_lease(server: &EtcdServer, lease: i64) -> Result<i64, Status> {
+    if lease != 0 {
+        if !server.lessor().lease_exists(lease) {
+            return Err(errors::LEASE_NOT_FOUND.status());
+        }
+        return Ok(lease);
+    }
+    let granted = super::lease::grant(
+        server,
+        proto::etcdserverpb::LeaseGrantRequest {
+            ttl: SESSION_TTL,
+            id: 0,
+        },
+    )
+    .await?;
+    Ok(granted.id)
+}
+
 /// Creates `key` = `value` under `lease` if it is not there yet; returns its create revision
 /// and whether this call created it.
 pub(crate) async fn create_once(
@@ -128,15 +153,15 @@ impl Lock for LockService {
     async fn lock(&self, r: Request<LockRequest>) -> Result<Response<LockResponse>, Status> {
         let ai = identity(&self.server, &r)?;
         let r = r.into_inner();
-        if !self.server.lessor().lease_exists(r.lease) {
-            return Err(errors::LEASE_NOT_FOUND.status());
-        }
         let mut prefix = r.name.clone();
         prefix.push(b'/');
+        // Permissions first: a refused caller must not leave a session lease behind.
+        check_recipe(&self.server, &ai, &prefix, None)?;
+        let lease = session_lease(&self.server, r.lease).await?;
         let mut key = prefix.clone();
-        key.extend_from_slice(format!("{:x}", r.lease).as_bytes());
+        key.extend_from_slice(format!("{lease:x}").as_bytes());
         check_recipe(&self.server, &ai, &prefix, Some(&key))?;
-        let (my_rev, _) = create_once(&self.server, &ai, &key, b"", r.lease).await?;
+        let (my_rev, _) = create_once(&self.server, &ai, &key, b"", lease).await?;
         wait_oldest(&self.server, &prefix, &key, my_rev).await?;
         let store = self.server.kv();
         Ok(Response::new(LockResponse {

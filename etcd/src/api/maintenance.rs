@@ -28,6 +28,8 @@ fn not_yet(what: &str) -> Status {
 }
 
 const SNAPSHOT_CHUNK: usize = 32 * 1024;
+/// The sha256 trailer the backend image ends with.
+const SHA256_LEN: usize = 32;
 
 #[tonic::async_trait]
 impl Maintenance for MaintenanceService {
@@ -110,9 +112,8 @@ impl Maintenance for MaintenanceService {
         })
         .await
         .map_err(|e| Status::internal(e.to_string()))??;
-        Ok(Response::new(DefragmentResponse {
-            header: self.server.header(self.server.kv().current_rev()),
-        }))
+        // etcd 3.4 answers an empty message, without a header.
+        Ok(Response::new(DefragmentResponse { header: None }))
     }
 
     /// etcd's Hash (meant for tests): the whole backend, everything committed first, without
@@ -165,20 +166,29 @@ impl Maintenance for MaintenanceService {
         .await
         .map_err(|e| Status::internal(e.to_string()))?
         .map_err(Status::internal)?;
-        let header = self.server.header(self.server.kv().current_rev());
-        let total = image.len();
-        let chunks: Vec<Result<SnapshotResponse, Status>> = image
+        // As etcd 3.4: the db in 32 KiB messages counting down remaining_bytes, then the
+        // sha256 of it alone in a last message; no header on any of them.
+        let Some(db_len) = image.len().checked_sub(SHA256_LEN) else {
+            return Err(Status::internal("snapshot image shorter than its checksum"));
+        };
+        let (db, sha) = image.split_at(db_len);
+        let mut sent = 0;
+        let mut chunks: Vec<Result<SnapshotResponse, Status>> = db
             .chunks(SNAPSHOT_CHUNK)
-            .enumerate()
-            .map(|(i, c)| {
+            .map(|c| {
+                sent += c.len();
                 Ok(SnapshotResponse {
-                    header,
-                    remaining_bytes: (total - (i * SNAPSHOT_CHUNK + c.len())) as u64,
+                    header: None,
+                    remaining_bytes: (db_len - sent) as u64,
                     blob: c.to_vec(),
                     version: String::new(),
                 })
             })
             .collect();
+        chunks.push(Ok(SnapshotResponse {
+            blob: sha.to_vec(),
+            ..Default::default()
+        }));
         Ok(Response::new(Box::pin(tokio_stream::iter(chunks))))
     }
 
@@ -191,19 +201,21 @@ impl Maintenance for MaintenanceService {
         if !self.server.is_leader() {
             return Err(errors::NOT_LEADER.status());
         }
-        if target == self.server.member_id()
-            || !self
-                .server
-                .members()
-                .iter()
-                .any(|m| m.id == target && !m.is_learner)
+        if !self
+            .server
+            .members()
+            .iter()
+            .any(|m| m.id == target && !m.is_learner)
         {
             return Err(errors::BAD_LEADER_TRANSFEREE.status());
         }
-        self.server.move_leader(target).await?;
-        Ok(Response::new(MoveLeaderResponse {
-            header: self.server.header(self.server.kv().current_rev()),
-        }))
+        // Moving the leadership to the member that has it is done at once, as in etcd (a
+        // client with several endpoints may well ask the leader itself).
+        if target != self.server.member_id() {
+            self.server.move_leader(target).await?;
+        }
+        // etcd 3.4 answers an empty message, without a header.
+        Ok(Response::new(MoveLeaderResponse { header: None }))
     }
 
     async fn downgrade(

@@ -259,7 +259,7 @@ pub async fn handle(server: &EtcdServer, grpc: GrpcRoutes, req: Request<Body>) -
 }
 
 /// Reads the request body as a sequence of JSON objects and feeds them to the call as gRPC
-/// messages. The call's request side stays open after the body ends, as a half-close does.
+/// messages; a bad object ends the request side there, as in grpc-gateway.
 fn stream_requests(desc: MessageDescriptor, mut body: Body) -> Body {
     let (tx, rx) = mpsc::channel::<Result<Frame<Bytes>, std::convert::Infallible>>(16);
     tokio::spawn(async move {
@@ -308,8 +308,9 @@ fn stream_requests(desc: MessageDescriptor, mut body: Body) -> Body {
             }
             buf.drain(..used);
         }
-        // Keep the request side open until the call ends (the receiver goes away).
-        tx.closed().await;
+        // The body is over: dropping the sender half-closes the call, as grpc-gateway's
+        // CloseSend does. A keep-alive then answers what it got and ends; a watch goes on
+        // sending events until the HTTP client goes away.
     });
     Body::new(StreamBody::new(ReceiverStream::new(rx)))
 }

@@ -12,10 +12,10 @@ pub fn request_from_json(desc: &MessageDescriptor, json: &[u8]) -> Result<Vec<u8
     if json.iter().all(u8::is_ascii_whitespace) {
         return Ok(Vec::new());
     }
+    // One JSON value is read and anything after it ignored, as Go's json.Decoder does for
+    // grpc-gateway.
     let mut de = serde_json::Deserializer::from_slice(json);
-    let msg = from_value(desc, &mut de)?;
-    de.end().map_err(|e| e.to_string())?;
-    Ok(msg)
+    from_value(desc, &mut de)
 }
 
 /// Converts one parsed JSON object (an element of a client stream) to protobuf bytes.

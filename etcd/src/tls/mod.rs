@@ -3,6 +3,7 @@
 // configs, --auto-tls/--peer-auto-tls certificates, and the client certificate's CN for auth.
 
 mod dial;
+mod p521;
 pub mod selfsigned;
 
 pub use dial::{Connector, connect};
@@ -508,7 +509,7 @@ impl rustls::client::danger::ServerCertVerifier for NoServerVerification {
             message,
             cert,
             dss,
-            &self.0.signature_verification_algorithms,
+            &p521::with_p521(&self.0.signature_verification_algorithms),
         )
     }
 
@@ -522,12 +523,12 @@ impl rustls::client::danger::ServerCertVerifier for NoServerVerification {
             message,
             cert,
             dss,
-            &self.0.signature_verification_algorithms,
+            &p521::with_p521(&self.0.signature_verification_algorithms),
         )
     }
 
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
+        p521::with_p521(&self.0.signature_verification_algorithms).supported_schemes()
     }
 }
 

@@ -3,6 +3,7 @@
 
 use clap::Args;
 use proto::etcdserverpb::DeleteRangeRequest;
+use std::os::unix::ffi::OsStrExt;
 
 use super::{Ctx, check_key_args, key_range};
 use crate::error::Result;
@@ -21,7 +22,8 @@ pub struct DelArgs {
     #[arg(long = "from-key", default_value = "false", num_args = 0..=1, default_missing_value = "true", require_equals = true, value_parser = go_bool)]
     pub from_key: bool,
     /// <key> [range_end]
-    pub args: Vec<String>,
+    #[arg(value_parser = clap::value_parser!(std::ffi::OsString))]
+    pub args: Vec<std::ffi::OsString>,
 }
 
 pub fn build_request(a: &DelArgs) -> Result<DeleteRangeRequest> {

@@ -4,6 +4,7 @@
 use clap::Args;
 use proto::etcdserverpb::{RangeRequest, RangeResponse};
 use proto::v3electionpb::{CampaignRequest, LeaderRequest, ResignRequest};
+use std::os::unix::ffi::OsStrExt;
 use tokio_stream::StreamExt;
 
 use super::Ctx;
@@ -22,7 +23,8 @@ pub struct ElectArgs {
     #[arg(short = 'l', long, default_value = "false", num_args = 0..=1, default_missing_value = "true", require_equals = true, value_parser = go_bool)]
     pub listen: bool,
     /// <election-name> [proposal]
-    pub args: Vec<String>,
+    #[arg(value_parser = clap::value_parser!(std::ffi::OsString))]
+    pub args: Vec<std::ffi::OsString>,
 }
 
 pub async fn run(ctx: &Ctx, a: &ElectArgs) -> Result<()> {

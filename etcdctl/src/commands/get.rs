@@ -3,6 +3,7 @@
 
 use clap::Args;
 use proto::etcdserverpb::{RangeRequest, range_request::SortOrder, range_request::SortTarget};
+use std::os::unix::ffi::OsStrExt;
 
 use super::{Ctx, check_key_args, key_range};
 use crate::error::{CtlError, Result};
@@ -55,7 +56,8 @@ pub struct GetArgs {
     #[arg(long = "max-create-rev", default_value = "0", allow_hyphen_values = true, value_parser = super::go_i64)]
     pub max_create_rev: i64,
     /// <key> [range_end]
-    pub args: Vec<String>,
+    #[arg(value_parser = clap::value_parser!(std::ffi::OsString))]
+    pub args: Vec<std::ffi::OsString>,
 }
 
 /// Builds the range request from the flags, with etcd's argument checks and messages.

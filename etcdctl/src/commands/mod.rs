@@ -69,7 +69,7 @@ pub fn parse_lease_id(s: &str, what: &str) -> Result<i64> {
 
 /// etcd's checks of `<key> [range_end]` with --prefix/--from-key (get and del); `cmd` names
 /// the command in the message.
-pub fn check_key_args(cmd: &str, args: &[String], prefix: bool, from_key: bool) -> Result<()> {
+pub fn check_key_args<T>(cmd: &str, args: &[T], prefix: bool, from_key: bool) -> Result<()> {
     if args.is_empty() {
         return Err(CtlError::bad_args(format!(
             "{cmd} command needs one argument as key and an optional argument as range_end"

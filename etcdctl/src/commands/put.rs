@@ -2,6 +2,7 @@
 //! a lease or keeping the current value or lease.
 
 use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
 
 use clap::Args;
 use proto::etcdserverpb::PutRequest;
@@ -26,8 +27,8 @@ pub struct PutArgs {
     #[arg(long = "ignore-lease", default_value = "false", num_args = 0..=1, default_missing_value = "true", require_equals = true, value_parser = go_bool)]
     pub ignore_lease: bool,
     /// <key> <value>
-    #[arg(allow_hyphen_values = false)]
-    pub args: Vec<String>,
+    #[arg(allow_hyphen_values = false, value_parser = clap::value_parser!(std::ffi::OsString))]
+    pub args: Vec<std::ffi::OsString>,
 }
 
 const NEED_ARGS: &str = "put command needs 1 argument and input from stdin or 2 arguments";

@@ -1,6 +1,7 @@
 //! `etcdctl snapshot save`: streams a consistent copy of one member's backend into a file,
-//! checking the sha256 trailer etcd appends, with a progress bar on a terminal.
-//! `snapshot status` and `restore` run etcdutl's library code (deprecated here, as in etcd 3.5).
+//! checking the sha256 trailer etcd appends, logging its steps as etcdctl 3.4 does.
+//! `snapshot status` and `restore` run etcdutl's library code, without its progress bars (3.4's
+//! etcdctl shows none).
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -78,7 +79,7 @@ fn util_err(e: etcdutl::Error) -> CtlError {
 
 /// `snapshot status`: etcdutl's status in etcdctl's output format.
 fn status(ctx: &Ctx, a: &StatusArgs) -> Result<()> {
-    eprint!("Deprecated: Use `etcdutl snapshot status` instead.\n\n");
+    etcdutl::progress::set_enabled(false);
     if a.args.len() != 1 {
         return Err(CtlError::bad_args(
             "snapshot status requires exactly one argument",
@@ -99,7 +100,7 @@ fn status(ctx: &Ctx, a: &StatusArgs) -> Result<()> {
 
 /// `snapshot restore`: etcdutl's restore with etcd 3.4's flags.
 fn restore(a: &RestoreArgs) -> Result<()> {
-    eprint!("Deprecated: Use `etcdutl snapshot restore` instead.\n\n");
+    etcdutl::progress::set_enabled(false);
     if a.args.len() != 1 {
         return Err(CtlError::bad_args(
             "snapshot restore requires exactly one argument",
@@ -145,6 +146,7 @@ pub async fn run(ctx: &Ctx, cmd: &SnapshotCmd) -> Result<()> {
     }
     let path = &a.args[0];
     let part = format!("{path}.part");
+    let started = std::time::Instant::now();
     // Owner-only, as etcd creates it: the snapshot holds every key and value.
     let mut file = std::fs::OpenOptions::new()
         .write(true)
@@ -158,44 +160,95 @@ pub async fn run(ctx: &Ctx, cmd: &SnapshotCmd) -> Result<()> {
                 crate::util::go_io_error("open", &part, &e)
             ))
         })?;
+    zap_info(
+        epoch_ts(),
+        "snapshot/v3_snapshot.go:119",
+        "created temporary db file",
+        serde_json::json!({ "path": part }),
+    );
     let result = save(ctx, &mut file).await;
-    let result = result.and_then(|()| {
+    let result = result.and_then(|size| {
         file.sync_all()?;
         std::fs::rename(&part, path)?;
-        Ok(())
+        Ok(size)
     });
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&part);
-        return Err(match e {
-            CtlError::Interrupted(m) => CtlError::Interrupted(m),
-            e => CtlError::Interrupted(e.to_string()),
-        });
-    }
+    let size = match result {
+        Ok(size) => size,
+        Err(e) => {
+            let _ = std::fs::remove_file(&part);
+            return Err(match e {
+                CtlError::Interrupted(m) => CtlError::Interrupted(m),
+                e => CtlError::Interrupted(e.to_string()),
+            });
+        }
+    };
+    zap_info(
+        epoch_ts(),
+        "snapshot/v3_snapshot.go:142",
+        "fetched snapshot",
+        serde_json::json!({
+            "endpoint": ctx.g.endpoints[0],
+            "size": common::gofmt::humanize_bytes(size),
+            "took": started.elapsed().as_secs_f64(),
+        }),
+    );
+    zap_info(
+        epoch_ts(),
+        "snapshot/v3_snapshot.go:152",
+        "saved",
+        serde_json::json!({ "path": path }),
+    );
     println!("Snapshot saved at {path}");
     Ok(())
 }
 
-/// Writes the whole stream (trailer included, as etcd keeps it) and checks the trailer.
-async fn save(ctx: &Ctx, file: &mut std::fs::File) -> Result<()> {
+/// etcdctl 3.4's zap lines: the snapshot package logs times as epoch seconds, clientv3 as
+/// ISO-8601 text.
+fn epoch_ts() -> serde_json::Value {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
+    serde_json::json!(secs)
+}
+
+fn iso_ts() -> serde_json::Value {
+    serde_json::json!(etcd::logging::format_ts(std::time::SystemTime::now()))
+}
+
+/// One info line on stderr with the fields after `msg`, in order.
+fn zap_info(ts: serde_json::Value, caller: &str, msg: &str, fields: serde_json::Value) {
+    let mut line = serde_json::json!({"level": "info", "ts": ts, "caller": caller, "msg": msg});
+    if let (Some(l), Some(f)) = (line.as_object_mut(), fields.as_object()) {
+        for (k, v) in f {
+            l.insert(k.clone(), v.clone());
+        }
+    }
+    eprintln!("{line}");
+}
+
+/// Writes the whole stream (trailer included, as etcd keeps it) and checks the trailer;
+/// returns the bytes written.
+async fn save(ctx: &Ctx, file: &mut std::fs::File) -> Result<u64> {
     let c = ctx.client().await?;
     let mut m = c.maintenance();
     let resp = tokio::time::timeout(c.command_timeout, m.snapshot(SnapshotRequest {}))
         .await
         .map_err(|_| CtlError::other("context deadline exceeded"))?
         .map_err(|s| CtlError::other(status_message(&s)))?;
+    zap_info(
+        iso_ts(),
+        "clientv3/maintenance.go:200",
+        "opened snapshot stream; downloading",
+        serde_json::json!({}),
+    );
+    zap_info(
+        epoch_ts(),
+        "snapshot/v3_snapshot.go:127",
+        "fetching snapshot",
+        serde_json::json!({ "endpoint": ctx.g.endpoints[0] }),
+    );
     let mut stream = resp.into_inner();
-    // Safety: isatty only inspects the descriptor.
-    let tty = unsafe { libc::isatty(libc::STDERR_FILENO) } == 1;
-    let bar = if tty {
-        let b = indicatif::ProgressBar::new(0);
-        b.set_style(
-            indicatif::ProgressStyle::with_template("{bytes}/{total_bytes} {wide_bar} {eta}")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        Some(b)
-    } else {
-        None
-    };
     let mut hasher = Sha256::new();
     // The last TRAILER bytes seen so far are held back: they may be the trailer.
     let mut tail: Vec<u8> = Vec::new();
@@ -210,18 +263,17 @@ async fn save(ctx: &Ctx, file: &mut std::fs::File) -> Result<()> {
             hasher.update(&tail[..n]);
             tail.drain(..n);
         }
-        if let Some(b) = &bar {
-            b.set_length(written + msg.remaining_bytes);
-            b.set_position(written);
-        }
     }
-    if let Some(b) = bar {
-        b.finish_and_clear();
-    }
+    zap_info(
+        iso_ts(),
+        "clientv3/maintenance.go:208",
+        "completed snapshot read; closing",
+        serde_json::json!({}),
+    );
     if tail.len() != TRAILER || hasher.finalize().as_slice() != tail.as_slice() {
         return Err(CtlError::Interrupted(
             "snapshot stream ended with a bad sha256 trailer (incomplete or corrupt)".into(),
         ));
     }
-    Ok(())
+    Ok(written)
 }

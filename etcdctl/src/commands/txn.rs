@@ -28,6 +28,7 @@ pub struct TxnArgs {
 enum OpLine {
     Get(super::get::GetArgs),
     Put(super::put::PutArgs),
+    #[command(alias = "delete")]
     Del(super::del::DelArgs),
 }
 
@@ -109,30 +110,57 @@ pub fn go_unquote(s: &str) -> Option<(String, usize)> {
     None
 }
 
-/// Parses one compare line: `target("key") op "value"`.
+/// Reads `target("key") op "value"` as Go's `Sscanf(rest, "%q) %s %q")` does: the fields read
+/// before the first mismatch (the rest empty), and how many there were.
+fn scan_compare(rest: &str) -> (String, String, String, usize) {
+    let (mut key, mut op, mut value) = (String::new(), String::new(), String::new());
+    let mut scan = || -> Option<usize> {
+        let r = rest.trim_start();
+        let (k, used) = go_unquote(r)?;
+        key = k;
+        let r = r[used..].strip_prefix(')')?.trim_start();
+        let word_end = r.find(char::is_whitespace).unwrap_or(r.len());
+        if word_end == 0 {
+            return None;
+        }
+        op = r[..word_end].to_string();
+        let r = r[word_end..].trim_start();
+        value = go_unquote(r)?.0;
+        Some(3)
+    };
+    let n = scan();
+    let n = n.unwrap_or(match (op.is_empty(), key.is_empty()) {
+        (false, _) => 2,
+        (true, false) => 1,
+        (true, true) => 0,
+    });
+    (key, op, value, n)
+}
+
+/// Parses one compare line: `target("key") op "value"`, with etcdctl 3.4's messages for the
+/// lines it refuses (text after the value is ignored, as Go's scanner ignores it).
 pub fn parse_compare(line: &str) -> Result<Compare> {
+    let line = line.trim();
     let malformed = || CtlError::InvalidInput(format!("malformed comparison: {line}"));
-    let open = line.find('(').ok_or_else(malformed)?;
-    let target_word = &line[..open];
-    let (key, used) = go_unquote(&line[open + 1..]).ok_or_else(malformed)?;
-    let rest = &line[open + 1 + used..];
-    let rest = rest.strip_prefix(')').ok_or_else(malformed)?.trim_start();
-    let (op, rest) = if let Some(r) = rest.strip_prefix("!=") {
-        (compare::CompareResult::NotEqual, r)
-    } else if let Some(r) = rest.strip_prefix('=') {
-        (compare::CompareResult::Equal, r)
-    } else if let Some(r) = rest.strip_prefix('<') {
-        (compare::CompareResult::Less, r)
-    } else if let Some(r) = rest.strip_prefix('>') {
-        (compare::CompareResult::Greater, r)
-    } else {
+    let Some((target_word, rest)) = line.split_once('(') else {
         return Err(malformed());
     };
-    let rest = rest.trim_start();
-    let (value, used) = go_unquote(rest).ok_or_else(malformed)?;
-    if !rest[used..].trim().is_empty() {
-        return Err(malformed());
+    let (key, op_word, value, n) = scan_compare(rest);
+    if n != 3 {
+        return Err(CtlError::InvalidInput(format!(
+            "malformed comparison: {line}; got {target_word}({}) {op_word} {}",
+            crate::util::go_quote(key.as_bytes()),
+            crate::util::go_quote(value.as_bytes()),
+        )));
     }
+    let op = match op_word.as_str() {
+        "=" => compare::CompareResult::Equal,
+        "!=" => compare::CompareResult::NotEqual,
+        "<" => compare::CompareResult::Less,
+        ">" => compare::CompareResult::Greater,
+        // Go's client panics here; a clear error is kinder and exits as other bad input.
+        _ => return Err(malformed()),
+    };
     let bad = || CtlError::InvalidInput(format!("invalid txn compare request: {line}"));
     let num = |v: &str| parse_go_i64(v, 10).map_err(|_| bad());
     use compare::{CompareTarget as T, TargetUnion as U};
@@ -145,7 +173,11 @@ pub fn parse_compare(line: &str) -> Result<Compare> {
             T::Lease,
             U::Lease(parse_go_i64(&value, 16).map_err(|_| bad())?),
         ),
-        _ => return Err(bad()),
+        _ => {
+            return Err(CtlError::InvalidInput(format!(
+                "malformed comparison: {line} (unknown target {target_word})"
+            )));
+        }
     };
     Ok(Compare {
         result: op as i32,
@@ -159,6 +191,16 @@ pub fn parse_compare(line: &str) -> Result<Compare> {
 /// Parses one request line (`get`, `put` or `del` with their flags).
 pub fn parse_op(line: &str, write_out: &str) -> Result<RequestOp> {
     let words = argify(line)?;
+    if words.len() < 2 {
+        return Err(CtlError::InvalidInput(format!(
+            "invalid txn compare request: {line}"
+        )));
+    }
+    if !["get", "put", "del", "delete"].contains(&words[0].as_str()) {
+        return Err(CtlError::InvalidInput(format!(
+            "invalid txn request: {line}"
+        )));
+    }
     let op = OpLine::try_parse_from(&words)
         .map_err(|_| CtlError::InvalidInput(format!("invalid txn compare request: {line}")))?;
     let request = match op {

@@ -86,9 +86,12 @@ fn new_password(name: &str, interactive: bool) -> Result<String> {
         return Ok(line.split_whitespace().next().unwrap_or("").to_string());
     }
     let first = read_password(&format!("Password of {name}: "))?;
+    if first.is_empty() {
+        return Err(CtlError::bad_args("empty password"));
+    }
     let again = read_password(&format!("Type password of {name} again for confirmation: "))?;
     if first != again {
-        return Err(CtlError::bad_args("given passwords are different."));
+        return Err(CtlError::bad_args("given passwords are different"));
     }
     Ok(first)
 }
@@ -111,6 +114,9 @@ pub async fn run(ctx: &Ctx, cmd: &UserCmd) -> Result<()> {
             let (name, password) = match a.args[0].split_once(':') {
                 // Such a user logs in only by its client certificate's CN.
                 _ if a.no_password => (a.args[0].clone(), String::new()),
+                Some(("", _)) => {
+                    return Err(CtlError::bad_args("empty user name is not allowed"));
+                }
                 Some((n, p)) => (n.to_string(), p.to_string()),
                 None if !a.new_user_password.is_empty() => {
                     (a.args[0].clone(), a.new_user_password.clone())
@@ -196,11 +202,7 @@ pub async fn run(ctx: &Ctx, cmd: &UserCmd) -> Result<()> {
                 "user passwd command requires user name as its argument",
             )?;
             let name = a.args[0].clone();
-            let password = if a.interactive {
-                read_password(&format!("Password of {name}: "))?
-            } else {
-                new_password(&name, false)?
-            };
+            let password = new_password(&name, a.interactive)?;
             let c = ctx.client().await?;
             let resp = c
                 .unary(

@@ -3,6 +3,7 @@
 //! interactively (`-i`).
 
 use std::io::BufRead;
+use std::os::unix::ffi::OsStrExt;
 
 use clap::{Args, Parser};
 use proto::etcdserverpb::{WatchCreateRequest, WatchRequest, WatchResponse, watch_request};
@@ -33,7 +34,8 @@ pub struct WatchArgs {
     #[arg(long = "progress-notify", default_value = "false", num_args = 0..=1, default_missing_value = "true", require_equals = true, value_parser = go_bool)]
     pub progress_notify: bool,
     /// [key or prefix] [range_end]
-    pub args: Vec<String>,
+    #[arg(value_parser = clap::value_parser!(std::ffi::OsString))]
+    pub args: Vec<std::ffi::OsString>,
     /// [exec-command arg1 arg2 ...] after `--`
     #[arg(last = true)]
     pub exec: Vec<String>,
@@ -211,10 +213,20 @@ async fn interactive(ctx: &Ctx) -> Result<()> {
                     None => return Err(CtlError::InvalidInput("Error reading watch request line: EOF".into())),
                 };
                 let words = super::txn::argify(&line)?;
-                let parsed = InteractiveLine::try_parse_from(&words);
-                let Ok(InteractiveLine::Watch(wa)) = parsed else {
+                if words.first().map(String::as_str) != Some("watch") {
                     eprintln!("Invalid command {line} (only support watch)");
                     continue;
+                }
+                if words.len() < 2 {
+                    eprintln!("Invalid command {line} (command type or key is not provided)");
+                    continue;
+                }
+                let wa = match InteractiveLine::try_parse_from(&words) {
+                    Ok(InteractiveLine::Watch(wa)) => wa,
+                    Err(e) => {
+                        eprintln!("Invalid command {line} ({})", e.kind());
+                        continue;
+                    }
                 };
                 let req = match create_request(&wa) {
                     Ok(r) => r,

@@ -734,3 +734,28 @@ impl Twin {
         (!same).then(|| format!("{args:?} env {env:?}:\n  go:   {a:?}\n  ours: {b:?}"))
     }
 }
+
+/// Masks what differs between any two runs of a client: the time and client UUID in
+/// clientv3's warning lines.
+pub fn mask_client_noise(s: &str) -> String {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(i) = rest.find("\"ts\":\"") {
+        out.push_str(&rest[..i + 6]);
+        rest = &rest[i + 6..];
+        let end = rest.find('"').unwrap_or(rest.len());
+        out.push_str("<TS>");
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    let mut s = out;
+    let mut from = 0;
+    while let Some(i) = s[from..].find("endpoint://client-") {
+        let start = from + i + "endpoint://client-".len();
+        if s.is_char_boundary(start + 36) {
+            s.replace_range(start..start + 36, "<UUID>");
+        }
+        from = start;
+    }
+    s
+}

@@ -183,6 +183,22 @@ impl WatchHub {
 
     /// The store moved to `rev` (called by the store after each write).
     pub(super) fn published(&self, rev: i64) {
+        {
+            // Nobody to deliver to: the revision counts as dispatched at once, and the
+            // dispatcher is not woken (a write then costs no thread switch).
+            let mut hub = lock(&self.hub);
+            if hub.watchers.is_empty() && lock(&self.published).0 <= hub.dispatched {
+                hub.dispatched = hub.dispatched.max(rev);
+                lock(&self.published).0 = rev;
+                drop(hub);
+                self.dispatched_tx.send_if_modified(|d| {
+                    let moved = *d < rev;
+                    *d = (*d).max(rev);
+                    moved
+                });
+                return;
+            }
+        }
         lock(&self.published).0 = rev;
         self.wake.notify_one();
     }
@@ -306,7 +322,12 @@ impl WatchHub {
         }
         let through = hub.dispatched;
         drop(hub);
-        self.dispatched_tx.send_replace(through);
+        // Never backwards: a write with no watchers may have moved it meanwhile.
+        self.dispatched_tx.send_if_modified(|d| {
+            let moved = *d < through;
+            *d = (*d).max(through);
+            moved
+        });
         woken.sort_by_key(|m| Arc::as_ptr(m) as usize);
         woken.dedup_by_key(|m| Arc::as_ptr(m) as usize);
         for m in woken {

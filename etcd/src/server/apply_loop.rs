@@ -60,6 +60,10 @@ impl ApplyLoop {
                     for e in &entries {
                         self.apply_entry(e);
                     }
+                    // Once per batch: readers waiting for the applied index are woken once.
+                    if let Some(last) = entries.last() {
+                        self.shared.set_applied_entry(last.index, last.term);
+                    }
                     self.maybe_snapshot();
                 }
                 ApplyTask::InstallSnapshot(snap) => {
@@ -79,7 +83,6 @@ impl ApplyLoop {
     fn apply_entry(&mut self, e: &Entry) {
         if EntryType::try_from(e.r#type) != Ok(EntryType::EntryNormal) {
             tracing::warn!(index = e.index, "skipping an entry of an unsupported type");
-            self.shared.set_applied_entry(e.index, e.term);
             return;
         }
         let mut effects = Vec::new();
@@ -103,7 +106,6 @@ impl ApplyLoop {
                 "apply request took too long"
             );
         }
-        self.shared.set_applied_entry(e.index, e.term);
         if let Some((id, outcome)) = applied
             && id != 0
         {

@@ -13,7 +13,6 @@ const PROTOS: &[&str] = &[
     "snappb/snap.proto",
     "v3lockpb/v3lock.proto",
     "v3electionpb/v3election.proto",
-    "peerpb/peer.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -67,7 +67,7 @@ fn run(cfg: Config) -> Result<(), String> {
         );
         // Bind first: a port in use is an error before anything is written.
         let listeners = etcd::api::serve::bind(&cfg.listen_client_urls).await?;
-        let peer_listeners = etcd::transport::service::bind(&cfg.listen_peer_urls).await?;
+        let peer_listeners = etcd::transport::server::bind(&cfg.listen_peer_urls).await?;
         let metrics_listeners = etcd::api::serve::bind(&cfg.listen_metrics_urls).await?;
         etcd::metrics::install();
         etcd::server::heap::start();
@@ -84,7 +84,7 @@ fn run(cfg: Config) -> Result<(), String> {
                 let shutdown = async move {
                     let _ = stop.recv().await;
                 };
-                if let Err(e) = etcd::transport::service::serve(s, l, tls, shutdown).await {
+                if let Err(e) = etcd::transport::server::serve(s, l, tls, shutdown).await {
                     tracing::error!(error = %e, "peer listener failed");
                 }
             }));
@@ -100,7 +100,8 @@ fn run(cfg: Config) -> Result<(), String> {
             let _ = tokio::task::spawn_blocking(move || s.stop()).await;
             return Err(e);
         }
-        etcd::server::publish(&server).await;
+        tokio::spawn(etcd::server::cluster_version::monitor(server.clone()));
+        etcd::server::cluster_version::publish(&server).await;
         tokio::spawn(etcd::server::corrupt::run_periodic(server.clone()));
         tokio::spawn(etcd::api::lease::expire_leases(server.clone()));
         tokio::spawn(etcd::server::compactor::run(server.clone()));

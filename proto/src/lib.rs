@@ -36,9 +36,6 @@ pub mod v3lockpb {
 pub mod v3electionpb {
     include!(concat!(env!("OUT_DIR"), "/v3electionpb.rs"));
 }
-pub mod peerpb {
-    include!(concat!(env!("OUT_DIR"), "/peerpb.rs"));
-}
 
 pub use prost::Message;
 

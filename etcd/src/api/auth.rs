@@ -204,6 +204,18 @@ impl Auth for AuthService {
         &self,
         request: Request<AuthStatusRequest>,
     ) -> Result<Response<AuthStatusResponse>, Status> {
+        // etcd 3.5 puts AuthStatus through raft; an etcd 3.4 member applying that entry
+        // stops ("not implemented"), so below cluster version 3.5 the answer is read here,
+        // after a linearizable read, as etcd 3.4 answers it.
+        if !crate::server::cluster_version::at_least(&self.server.cluster_version(), (3, 5)) {
+            self.server.linearizable_read().await?;
+            let auth = self.server.auth();
+            return Ok(Response::new(AuthStatusResponse {
+                header: self.server.header(self.server.kv().current_rev()),
+                enabled: auth.is_enabled(),
+                auth_revision: auth.revision(),
+            }));
+        }
         answer!(self, request, auth_status, Status)
     }
 

@@ -135,6 +135,25 @@ pub fn render(server: &EtcdServer) -> String {
         "server_version",
         crate::version::ETCD_VERSION,
     );
+    {
+        // etcd labels it with major.minor and has no sample until the version is decided.
+        let name = "etcd_cluster_version";
+        let mut f = e.family(
+            name,
+            "Which version is running. 1 for 'cluster_version' label with current cluster version",
+            "gauge",
+        );
+        let cv = server.cluster_version();
+        let mut parts = cv.split('.');
+        if let (Some(major), Some(minor)) = (parts.next(), parts.next()) {
+            f.sample(
+                name,
+                &[("cluster_version", &format!("{major}.{minor}"))],
+                "1",
+            );
+        }
+        f.finish();
+    }
     labelled_one(
         &mut e,
         "etcd_server_id",

@@ -132,8 +132,10 @@ pub fn apply_normal(
         Ok(r) => r,
         Err(_) => {
             // etcd 3.4 proposes member attributes and the cluster version as v2 requests.
+            let mut id = 0;
             if let Ok(v2) = Request::decode(data) {
                 apply_v2(&mut w, &v2, effects);
+                id = v2.id;
             } else {
                 tracing::warn!(
                     index = e.index,
@@ -142,7 +144,7 @@ pub fn apply_normal(
             }
             let rev = w.end(e.index, e.term).map(|r| r.1).unwrap_or(0);
             return Some((
-                0,
+                id,
                 Outcome {
                     result: Ok(Applied::Done),
                     revision: rev,

@@ -85,6 +85,9 @@ impl ApplyLoop {
             tracing::warn!(index = e.index, "skipping an entry of an unsupported type");
             return;
         }
+        if e.data().is_empty() {
+            self.shared.version_check.notify_one();
+        }
         let mut effects = Vec::new();
         let started = Instant::now();
         let applied = apply::apply_normal(

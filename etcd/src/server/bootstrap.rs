@@ -178,12 +178,20 @@ pub async fn fetch_cluster(cfg: &Config) -> Result<Joined, BootError> {
         .filter(|u| !mine.contains(u))
         .collect();
     let tls = crate::transport::peer_tls::client_config(cfg).map_err(BootError::Config)?;
+    let http = crate::transport::client::PeerHttp::new(tls, std::time::Duration::from_secs(1));
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
     let mut last = String::from("no peer URLs in --initial-cluster besides this member's");
     while !urls.is_empty() {
         for u in &urls {
-            match ask_members(u, tls.as_ref()).await {
-                Ok(j) => return Ok(j),
+            match crate::transport::forward::members(&http, u).await {
+                Ok((cluster_id, members)) => {
+                    check_cluster_versions(&http, &members, &mine).await?;
+                    return Ok(Joined {
+                        cluster_id,
+                        members,
+                        removed: BTreeSet::new(),
+                    });
+                }
                 Err(e) => last = format!("{u}: {e}"),
             }
         }
@@ -197,29 +205,39 @@ pub async fn fetch_cluster(cfg: &Config) -> Result<Joined, BootError> {
     )))
 }
 
-async fn ask_members(url: &str, tls: Option<&Arc<rustls::ClientConfig>>) -> Result<Joined, String> {
-    use proto::peerpb::{MembersRequest, peer_client::PeerClient};
-    let ch = crate::transport::sender::connect(
-        &[url.to_string()],
-        std::time::Duration::from_secs(1),
-        tls,
-    )
-    .await?;
-    let r = PeerClient::new(ch)
-        .members(MembersRequest {})
-        .await
-        .map_err(|s| s.message().to_string())?
-        .into_inner();
-    let members = r
-        .members
-        .iter()
-        .map(|j| Member::from_json(j.as_bytes()).map_err(|e| format!("bad member JSON {j}: {e}")))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(Joined {
-        cluster_id: r.cluster_id,
-        members,
-        removed: r.removed.into_iter().collect(),
-    })
+/// etcd's check before joining: no running member's cluster version is one this member
+/// cannot serve (above its own major.minor, or not decided yet).
+async fn check_cluster_versions(
+    http: &crate::transport::client::PeerHttp,
+    members: &[Member],
+    mine: &BTreeSet<String>,
+) -> Result<(), BootError> {
+    let ours = crate::transport::server::parse_version(crate::version::ETCD_VERSION);
+    for m in members {
+        if m.peer_urls.iter().any(|u| mine.contains(u)) {
+            continue;
+        }
+        let Ok((_, cluster)) = crate::transport::forward::version(http, &m.peer_urls).await else {
+            // A member that does not answer is not checked, as etcd.
+            continue;
+        };
+        let ok = match (crate::transport::server::parse_version(&cluster), ours) {
+            (Some(c), Some(o)) => (c.0, c.1) <= (o.0, o.1),
+            _ => false,
+        };
+        if !ok {
+            tracing::error!(
+                remote_member_id = %crate::membership::id_hex(m.id),
+                remote_member_cluster_version = %cluster,
+                local_member_server_version = crate::version::ETCD_VERSION,
+                "cluster version of remote member is not compatible"
+            );
+            return Err(BootError::Config(
+                "incompatible with current running cluster".into(),
+            ));
+        }
+    }
+    Ok(())
 }
 
 pub fn boot(cfg: &Config, joined: Option<Joined>) -> Result<Booted, BootError> {

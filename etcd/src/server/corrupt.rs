@@ -5,15 +5,12 @@
 use std::sync::Arc;
 
 use proto::etcdserverpb::{
-    AlarmRequest, AlarmType, HashKvRequest, HashKvResponse, InternalRaftRequest,
-    alarm_request::AlarmAction,
+    AlarmRequest, AlarmType, HashKvResponse, InternalRaftRequest, alarm_request::AlarmAction,
 };
-use proto::peerpb::peer_client::PeerClient;
 
 use super::EtcdServer;
 use crate::error::{self, Error};
 use crate::membership::id_hex;
-use crate::transport::sender;
 
 /// This member's HashKV at `rev` (0 = now), as the Maintenance service answers it.
 pub async fn local_hash(server: &EtcdServer, rev: i64) -> Result<HashKvResponse, Error> {
@@ -38,21 +35,8 @@ async fn peer_hashes(server: &EtcdServer, rev: i64) -> Vec<(u64, Result<HashKvRe
         if m.id == server.member_id() {
             continue;
         }
-        let r = async {
-            let ch = sender::connect(
-                &m.peer_urls,
-                std::time::Duration::from_secs(1),
-                server.transport().local().tls.as_ref(),
-            )
-            .await?;
-            let req = sender::request(server.transport().local(), HashKvRequest { revision: rev });
-            PeerClient::new(ch)
-                .hash_kv(req)
-                .await
-                .map(|r| r.into_inner())
-                .map_err(|s| s.message().to_string())
-        }
-        .await;
+        let r =
+            crate::transport::forward::hash_kv(server.transport().http(), &m.peer_urls, rev).await;
         out.push((m.id, r));
     }
     out

@@ -5,6 +5,7 @@ pub mod alarms;
 pub mod apply;
 pub mod apply_loop;
 pub mod bootstrap;
+pub mod cluster_version;
 pub mod compactor;
 pub mod corrupt;
 pub mod heap;
@@ -53,6 +54,9 @@ pub struct Shared {
     /// The membership as of the applied index.
     conf_state: Mutex<proto::raftpb::ConfState>,
     failed: Mutex<Option<String>>,
+    /// Woken when a leader's empty entry is applied, so the cluster version is decided at
+    /// once after an election rather than at the next periodic look (etcd does the same).
+    pub version_check: tokio::sync::Notify,
 }
 
 impl Shared {
@@ -160,8 +164,6 @@ pub struct EtcdServer {
     raft_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     apply_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     transport: Arc<Transport>,
-    /// Lease and promote calls a follower forwards to the leader.
-    forwarder: crate::transport::forward::Forwarder,
 }
 
 impl EtcdServer {
@@ -207,14 +209,22 @@ impl EtcdServer {
             applied_term: AtomicU64::new(applied_term),
             conf_state: Mutex::new(booted.conf_state),
             failed: Mutex::new(None),
+            version_check: tokio::sync::Notify::new(),
             cfg,
         });
         let (tx, rx) = std::sync::mpsc::channel();
         let reports = tx.clone();
+        let steps = tx.clone();
         let transport = Arc::new(Transport::new(
             Local {
                 member_id: shared.member_id,
                 cluster_id: shared.cluster_id,
+                peer_urls: shared
+                    .cfg
+                    .initial_advertise_peer_urls
+                    .iter()
+                    .map(|u| u.as_str().to_string())
+                    .collect(),
                 dial_timeout: std::time::Duration::from_secs(1),
                 tls: crate::transport::peer_tls::client_config(&shared.cfg)
                     .map_err(bootstrap::BootError::Config)?,
@@ -222,6 +232,9 @@ impl EtcdServer {
             tokio::runtime::Handle::current(),
             Arc::new(move |r| {
                 let _ = reports.send(RaftMsg::Report(r));
+            }),
+            Arc::new(move |m| {
+                let _ = steps.send(RaftMsg::Step(Box::new(m)));
             }),
         ));
         for m in &booted.members {
@@ -273,7 +286,6 @@ impl EtcdServer {
             raft_thread: Mutex::new(Some(handle)),
             apply_thread: Mutex::new(Some(apply_handle)),
             transport,
-            forwarder: Default::default(),
         }))
     }
 
@@ -392,10 +404,9 @@ impl EtcdServer {
             });
         }
         let (leader, urls) = self.leader_urls()?;
-        let mut r = self
-            .forwarder
-            .lease_renew(self.transport.local(), leader, &urls, id)
-            .await?;
+        let _ = leader;
+        let mut r =
+            crate::transport::forward::lease_renew(self.transport.http(), &urls, id).await?;
         r.header = self.header(self.shared.kv.current_rev());
         Ok(r)
     }
@@ -427,10 +438,10 @@ impl EtcdServer {
             });
         }
         let (leader, urls) = self.leader_urls()?;
-        let mut r = self
-            .forwarder
-            .lease_time_to_live(self.transport.local(), leader, &urls, req)
-            .await?;
+        let _ = leader;
+        let mut r =
+            crate::transport::forward::lease_time_to_live(self.transport.http(), &urls, req)
+                .await?;
         r.header = self.header(self.shared.kv.current_rev());
         Ok(r)
     }
@@ -512,10 +523,9 @@ impl EtcdServer {
     pub async fn promote_member(&self, id: u64) -> Result<Vec<proto::etcdserverpb::Member>, Error> {
         if !self.is_leader() {
             let (leader, urls) = self.leader_urls()?;
-            return self
-                .forwarder
-                .promote(self.transport.local(), leader, &urls, id)
-                .await;
+            let _ = leader;
+            let ms = crate::transport::forward::promote(self.transport.http(), &urls, id).await?;
+            return Ok(ms.iter().map(Member::to_pb).collect());
         }
         let members = self.members();
         match members.iter().find(|m| m.id == id) {
@@ -710,7 +720,21 @@ impl EtcdServer {
             id,
             ..req.header.unwrap_or_default()
         });
-        let data = req.encode_to_vec();
+        self.propose_data(id, req.encode_to_vec()).await
+    }
+
+    /// Proposes one of etcd's v2 requests (member attributes, cluster version: what members
+    /// of a cluster below 3.5 apply) and waits for its apply.
+    pub async fn propose_v2(
+        &self,
+        mut req: proto::etcdserverpb::Request,
+    ) -> Result<Outcome, Error> {
+        let id = self.ids.next();
+        req.id = id;
+        self.propose_data(id, req.encode_to_vec()).await
+    }
+
+    async fn propose_data(&self, id: u64, data: Vec<u8>) -> Result<Outcome, Error> {
         if data.len() > self.shared.cfg.max_request_bytes {
             return Err(error::REQUEST_TOO_LARGE);
         }
@@ -793,57 +817,6 @@ impl EtcdServer {
         }
         if let Err(e) = self.shared.kv.backend().force_commit() {
             tracing::error!(error = %e, "final backend commit failed");
-        }
-    }
-}
-
-/// Publishes this member's name and client URLs through raft (etcd's publish step) and sets
-/// the cluster version when none is set yet.
-pub async fn publish(server: &EtcdServer) {
-    use proto::etcdserverpb::InternalRaftRequest;
-    use proto::membershippb::{Attributes, ClusterMemberAttrSetRequest, ClusterVersionSetRequest};
-    let cfg = server.cfg();
-    let attrs = Attributes {
-        name: cfg.name.clone(),
-        client_urls: cfg
-            .advertise_client_urls
-            .iter()
-            .map(|u| u.as_str().to_string())
-            .collect(),
-    };
-    let req = InternalRaftRequest {
-        cluster_member_attr_set: Some(ClusterMemberAttrSetRequest {
-            member_id: server.member_id(),
-            member_attributes: Some(attrs.clone()),
-        }),
-        ..Default::default()
-    };
-    match server.propose(req).await {
-        Ok(_) => tracing::info!(
-            local_member_id = %crate::membership::id_hex(server.member_id()),
-            local_member_attributes = %format!("{{Name:{} ClientURLs:[{}]}}", attrs.name, attrs.client_urls.join(" ")),
-            "published local member to cluster through raft"
-        ),
-        Err(e) => {
-            tracing::warn!(error = %e, "failed to publish local member to cluster through raft")
-        }
-    }
-    let has_version = server
-        .kv()
-        .backend()
-        .get(common::backend::buckets::CLUSTER, b"clusterVersion")
-        .ok()
-        .flatten()
-        .is_some();
-    if !has_version && server.leader() == server.member_id() {
-        let req = InternalRaftRequest {
-            cluster_version_set: Some(ClusterVersionSetRequest {
-                ver: crate::version::CLUSTER_VERSION.to_string(),
-            }),
-            ..Default::default()
-        };
-        if let Err(e) = server.propose(req).await {
-            tracing::warn!(error = %e, "failed to set the cluster version");
         }
     }
 }

@@ -339,8 +339,12 @@ impl TlsServer {
                 info.key_file
             )
         })?;
-        // gRPC clients need h2; curl and browsers speak HTTP/1.1 on the same port.
-        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        // gRPC clients need h2; curl and browsers speak HTTP/1.1 on the same port. The peer
+        // port speaks etcd's rafthttp, HTTP/1.1 only.
+        config.alpn_protocols = match side {
+            Side::Client => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+            Side::Peer => vec![b"http/1.1".to_vec()],
+        };
         Ok(TlsServer {
             config: Arc::new(config),
             allowed_cn: info.allowed_cn,

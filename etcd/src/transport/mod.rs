@@ -1,31 +1,29 @@
-// The peer transport: raft messages and snapshots between the members of a cluster, over the
-// peer URLs (etcd-rs's own gRPC service, peerpb). Nothing here ever blocks the raft loop.
+// The peer transport: raft messages, snapshots and membership requests between the members of
+// a cluster over their peer URLs, in etcd's own protocol (rafthttp, docs/RAFTHTTP.md), so etcd
+// members and ours form one cluster. Nothing here ever blocks the raft loop.
 //
-// Each peer has a bounded queue drained by one task that keeps a long-lived stream open to it;
-// a full queue drops the message (raft retries) and tells raft the peer is unreachable.
+// Outgoing messages are queued per peer (a full queue drops the message and tells raft the peer
+// is unreachable); incoming ones reach raft through `DeliverFn`.
 
+pub mod client;
 pub mod forward;
+pub mod peer;
 pub mod peer_tls;
-pub mod sender;
-pub mod service;
+pub mod server;
+pub mod snapshot;
+pub mod wire;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use prost::Message as _;
 use proto::raftpb::{Message, MessageType};
-use tokio::sync::mpsc;
 
 use crate::membership::id_hex;
-
-/// Messages a peer's queue holds before new ones are dropped (etcd's streamBufSize).
-const QUEUE: usize = 4096;
-
-/// gRPC metadata naming the sender's cluster and member.
-pub const CLUSTER_ID_HEADER: &str = "etcd-cluster-id";
-pub const FROM_HEADER: &str = "etcd-from";
+pub use client::Identity;
+use client::PeerHttp;
+use peer::{Peer, PeerCtx};
 
 /// Why a peer refused us: we were removed from the cluster.
 pub const REMOVED_MESSAGE: &str = "the member has been permanently removed from the cluster";
@@ -44,19 +42,16 @@ pub enum Report {
 
 /// Where reports go (the raft loop's queue).
 pub type ReportFn = Arc<dyn Fn(Report) + Send + Sync>;
-
-struct Peer {
-    tx: mpsc::Sender<Vec<u8>>,
-    urls: Arc<RwLock<Vec<String>>>,
-    task: tokio::task::JoinHandle<()>,
-    connected: Arc<std::sync::atomic::AtomicBool>,
-}
+/// Where messages received from peers go (the raft loop's queue).
+pub type DeliverFn = Arc<dyn Fn(Message) + Send + Sync>;
 
 /// Identity and settings every peer connection carries.
 #[derive(Clone)]
 pub struct Local {
     pub member_id: u64,
     pub cluster_id: u64,
+    /// This member's advertised peer URLs (sent as X-PeerURLs).
+    pub peer_urls: Vec<String>,
     pub dial_timeout: Duration,
     /// TLS for dialing peers (https peer URLs).
     pub tls: Option<Arc<rustls::ClientConfig>>,
@@ -64,9 +59,9 @@ pub struct Local {
 
 pub struct Transport {
     local: Local,
+    ctx: PeerCtx,
     rt: tokio::runtime::Handle,
-    report: ReportFn,
-    peers: Mutex<HashMap<u64, Peer>>,
+    peers: Mutex<HashMap<u64, Arc<Peer>>>,
     dropped: AtomicU64,
 }
 
@@ -75,11 +70,28 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Transport {
-    pub fn new(local: Local, rt: tokio::runtime::Handle, report: ReportFn) -> Transport {
+    pub fn new(
+        local: Local,
+        rt: tokio::runtime::Handle,
+        report: ReportFn,
+        deliver: DeliverFn,
+    ) -> Transport {
+        let http = Arc::new(PeerHttp::new(local.tls.clone(), local.dial_timeout));
+        let ctx = PeerCtx {
+            me: Identity {
+                member_id: local.member_id,
+                cluster_id: local.cluster_id,
+                peer_urls: local.peer_urls.clone(),
+                server_version: crate::version::ETCD_VERSION,
+            },
+            http,
+            report,
+            deliver,
+        };
         Transport {
             local,
+            ctx,
             rt,
-            report,
             peers: Mutex::new(HashMap::new()),
             dropped: AtomicU64::new(0),
         }
@@ -87,6 +99,16 @@ impl Transport {
 
     pub fn local(&self) -> &Local {
         &self.local
+    }
+
+    /// The HTTP client to peers (for membership, lease and hash requests).
+    pub fn http(&self) -> &Arc<PeerHttp> {
+        &self.ctx.http
+    }
+
+    /// The headers raft requests carry for this member.
+    pub fn identity(&self) -> &Identity {
+        &self.ctx.me
     }
 
     /// Starts (or re-aims) the connection to member `id` at `urls`.
@@ -99,33 +121,19 @@ impl Transport {
             *p.urls.write().unwrap_or_else(|e| e.into_inner()) = urls;
             return;
         }
-        let (tx, rx) = mpsc::channel(QUEUE);
-        let urls = Arc::new(RwLock::new(urls));
-        let connected = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let task = self.rt.spawn(sender::run(
-            id,
-            urls.clone(),
-            rx,
-            self.local.clone(),
-            self.report.clone(),
-            connected.clone(),
-        ));
-        peers.insert(
-            id,
-            Peer {
-                tx,
-                urls,
-                task,
-                connected,
-            },
-        );
+        peers.insert(id, Arc::new(Peer::start(id, urls, &self.ctx, &self.rt)));
     }
 
     /// Stops talking to a member that left the cluster.
     pub fn remove_peer(&self, id: u64) {
         if let Some(p) = lock(&self.peers).remove(&id) {
-            p.task.abort();
+            p.stop();
         }
+    }
+
+    /// A member we talk to, for the peer server attaching a stream it dialed.
+    pub fn peer(&self, id: u64) -> Option<Arc<Peer>> {
+        lock(&self.peers).get(&id).cloned()
     }
 
     /// The peer URLs of a member, as the transport knows them.
@@ -135,11 +143,9 @@ impl Transport {
             .map(|p| p.urls.read().unwrap_or_else(|e| e.into_inner()).clone())
     }
 
-    /// Whether the stream to `id` is up now (etcd's "active" peers for reconfig checks).
+    /// Whether a stream with `id` is up now (etcd's "active" peers for reconfig checks).
     pub fn is_connected(&self, id: u64) -> bool {
-        lock(&self.peers)
-            .get(&id)
-            .is_some_and(|p| p.connected.load(Ordering::Relaxed))
+        lock(&self.peers).get(&id).is_some_and(|p| p.is_active())
     }
 
     /// Messages dropped because a peer's queue was full (or the peer unknown).
@@ -149,21 +155,20 @@ impl Transport {
 
     /// Queues raft messages for their peers without waiting.
     pub fn send(&self, msgs: Vec<Message>) {
-        let peers = lock(&self.peers);
         for m in msgs {
             let to = m.to;
-            let Some(p) = peers.get(&to) else {
+            let Some(p) = self.peer(to) else {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(to = %id_hex(to), "dropping a message to an unknown member");
                 continue;
             };
             let snap = m.r#type == MessageType::MsgSnap as i32;
-            if p.tx.try_send(m.encode_to_vec()).is_err() {
+            if !p.send(m) {
                 let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
                 if n.is_power_of_two() {
                     tracing::warn!(to = %id_hex(to), dropped_total = n, "dropped an internal raft message since the sending buffer is full");
                 }
-                (self.report)(if snap {
+                (self.ctx.report)(if snap {
                     Report::Snapshot { to, ok: false }
                 } else {
                     Report::Unreachable(to)
@@ -172,29 +177,23 @@ impl Transport {
         }
     }
 
-    /// Streams a snapshot message with the db image `tx` reads to its member; the outcome is
-    /// reported to raft when the peer has the image (or failed to get it).
+    /// Sends a snapshot message with the db image `tx` reads to its member (`POST
+    /// /raft/snapshot`); the outcome is reported to raft.
     pub fn send_snapshot(&self, m: Message, db: common::backend::Db, tx: common::backend::ReadTx) {
         let to = m.to;
         let Some(urls) = self.peer_urls(to) else {
-            (self.report)(Report::Snapshot { to, ok: false });
+            (self.ctx.report)(Report::Snapshot { to, ok: false });
             return;
         };
-        self.rt.spawn(sender::send_snapshot(
-            m,
-            db,
-            tx,
-            urls,
-            self.local.clone(),
-            self.report.clone(),
-        ));
+        self.rt
+            .spawn(snapshot::send(m, db, tx, urls, self.ctx.clone()));
     }
 }
 
 impl Drop for Transport {
     fn drop(&mut self) {
         for (_, p) in lock(&self.peers).drain() {
-            p.task.abort();
+            p.stop();
         }
     }
 }

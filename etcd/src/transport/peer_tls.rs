@@ -36,7 +36,7 @@ pub fn client_config(cfg: &Config) -> Result<Option<Arc<rustls::ClientConfig>>, 
         info.key_file = key.display().to_string();
     }
     let mut c = (*tls::client_config(&info, auto)?).clone();
-    c.alpn_protocols = vec![b"h2".to_vec()];
+    c.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Some(Arc::new(c)))
 }
 
@@ -54,13 +54,8 @@ pub fn server_config(cfg: &Config) -> Result<Option<TlsServer>, String> {
     .map(Some)
 }
 
-/// A TLS stream as tonic's server wants its connections.
+/// A peer connection after its TLS handshake.
 pub struct PeerConn(pub tokio_rustls::server::TlsStream<TcpStream>);
-
-impl tonic::transport::server::Connected for PeerConn {
-    type ConnectInfo = ();
-    fn connect_info(&self) -> Self::ConnectInfo {}
-}
 
 impl tokio::io::AsyncRead for PeerConn {
     fn poll_read(

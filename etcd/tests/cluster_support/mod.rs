@@ -13,20 +13,45 @@ use std::time::{Duration, Instant};
 
 use super::support::free_port;
 
-/// A loopback TCP proxy; `cut` drops every connection through it and refuses new ones.
+/// A loopback TCP proxy; `cut` drops every connection through it and refuses new ones;
+/// `block_from` drops connections on which a given member sends (etcd's peer requests name
+/// their sender in an `X-Server-From` header), so a member can be cut off in both directions.
 pub struct Proxy {
     pub port: u16,
     cut: Arc<AtomicBool>,
     conns: Arc<Mutex<Vec<TcpStream>>>,
     stop: Arc<AtomicBool>,
+    blocked: Arc<Mutex<Vec<String>>>,
 }
 
-fn pipe(mut from: TcpStream, mut to: TcpStream) {
+/// Whether `data` names a blocked sender (header names are case-insensitive).
+fn names_blocked(data: &[u8], blocked: &Mutex<Vec<String>>) -> bool {
+    let blocked = blocked.lock().unwrap_or_else(|e| e.into_inner());
+    if blocked.is_empty() {
+        return false;
+    }
+    let text = String::from_utf8_lossy(data).to_ascii_lowercase();
+    blocked
+        .iter()
+        .any(|id| text.contains(&format!("x-server-from: {id}\r\n")))
+}
+
+fn pipe(mut from: TcpStream, mut to: TcpStream, blocked: Option<Arc<Mutex<Vec<String>>>>) {
     let mut buf = [0u8; 16 * 1024];
+    // The end of the previous read, so a header split between two reads is still seen.
+    let mut tail: Vec<u8> = Vec::new();
     loop {
         match from.read(&mut buf) {
             Ok(0) | Err(_) => break,
             Ok(n) => {
+                if let Some(b) = &blocked {
+                    tail.extend_from_slice(&buf[..n]);
+                    if names_blocked(&tail, b) {
+                        break;
+                    }
+                    let keep = tail.len().saturating_sub(64);
+                    tail.drain(..keep);
+                }
                 if to.write_all(&buf[..n]).is_err() {
                     break;
                 }
@@ -45,7 +70,8 @@ impl Proxy {
         let cut = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
         let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
-        let (c, s, cs) = (cut.clone(), stop.clone(), conns.clone());
+        let blocked: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (c, s, cs, bl) = (cut.clone(), stop.clone(), conns.clone(), blocked.clone());
         std::thread::spawn(move || {
             for inbound in l.incoming() {
                 if s.load(Ordering::SeqCst) {
@@ -70,8 +96,9 @@ impl Proxy {
                     (Ok(i), Ok(o)) => (i, o),
                     _ => continue,
                 };
-                std::thread::spawn(move || pipe(inbound, outbound));
-                std::thread::spawn(move || pipe(o2, i2));
+                let bl = bl.clone();
+                std::thread::spawn(move || pipe(inbound, outbound, Some(bl)));
+                std::thread::spawn(move || pipe(o2, i2, None));
             }
         });
         Proxy {
@@ -79,6 +106,28 @@ impl Proxy {
             cut,
             conns,
             stop,
+            blocked,
+        }
+    }
+
+    /// Drops the connections on which member `id` (hex) sends, or lets them through again.
+    pub fn block_from(&self, id_hex: &str, block: bool) {
+        let id = id_hex.trim_start_matches('0').to_ascii_lowercase();
+        let mut b = self.blocked.lock().unwrap_or_else(|e| e.into_inner());
+        b.retain(|x| *x != id);
+        if block {
+            b.push(id);
+            drop(b);
+            // Connections already open from that member go too (they are re-dialed and
+            // then refused by their first request).
+            for c in self
+                .conns
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .drain(..)
+            {
+                let _ = c.shutdown(Shutdown::Both);
+            }
         }
     }
 
@@ -263,15 +312,24 @@ impl Node {
         }
     }
 
+    /// The last `n` lines of the member's log above debug level (the temp dir goes with the
+    /// test, so a failure shows them).
+    pub fn log_tail(&self, n: usize) -> String {
+        let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().filter(|l| !l.contains("\"debug\"")).collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
     /// Waits until the member's local store has `key` = `value`.
     pub fn wait_local(&self, key: &str, value: &str, within: Duration) {
         let deadline = Instant::now() + within;
         while self.local_get(key).as_deref() != Some(value) {
             assert!(
                 Instant::now() < deadline,
-                "member {} never saw {key}={value}; log: {}",
+                "member {} never saw {key}={value}; log {} ends:\n{}",
                 self.name,
-                self.log_path().display()
+                self.log_path().display(),
+                self.log_tail(30)
             );
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -365,6 +423,18 @@ impl Cluster {
             }
             assert!(Instant::now() < deadline, "no leader within {within:?}");
             std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Cuts member `i` off from the others in both directions (its peer port refuses
+    /// everything, and the others' ports refuse what it sends), or heals it.
+    pub fn isolate(&self, i: usize, cut: bool) {
+        let id = self.member_id_hex(&self.nodes[i].name);
+        self.nodes[i].proxy.as_ref().expect("proxied").set_cut(cut);
+        for (j, m) in self.nodes.iter().enumerate() {
+            if j != i {
+                m.proxy.as_ref().expect("proxied").block_from(&id, cut);
+            }
         }
     }
 

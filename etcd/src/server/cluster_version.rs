@@ -1,0 +1,181 @@
+// The cluster version and member attributes, decided and published as etcd decides them: the
+// leader asks every member's `/version` and sets the cluster version to the lowest server
+// version (major.minor.0), through raft; a member publishes its name and client URLs.
+//
+// Member attributes always go into the log as etcd's v2 request, which etcd 3.4 and 3.5
+// both apply (etcd 3.4 stops on a v3 request it does not know, and one may rejoin a cluster
+// of ours during a rollback). The cluster version goes as a v2 request below 3.5 and as
+// 3.5's v3 request from 3.5 on: etcd 3.4 replaying a v2 "3.5.0" would refuse to start,
+// while it skips v3 entries its db already holds.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use proto::etcdserverpb::{InternalRaftRequest, Request};
+use proto::membershippb::{Attributes, ClusterVersionSetRequest};
+
+use super::EtcdServer;
+use crate::membership::id_hex;
+use crate::transport::server::parse_version;
+
+/// How often the leader looks at its members' versions (etcd: every 4 s).
+const MONITOR: Duration = Duration::from_secs(4);
+/// How often it looks while the cluster version is not decided.
+const UNDECIDED: Duration = Duration::from_millis(500);
+
+/// (major, minor) of a version string, if it is one.
+fn major_minor(v: &str) -> Option<(u64, u64)> {
+    parse_version(v).map(|(a, b, _)| (a, b))
+}
+
+/// Whether cluster version `cluster` ("" when not decided) is at least `v`.
+pub fn at_least(cluster: &str, v: (u64, u64)) -> bool {
+    major_minor(cluster).is_some_and(|c| c >= v)
+}
+
+/// A v2 PUT as etcd 3.4 writes them in the log.
+fn v2_put(path: String, val: String) -> Request {
+    Request {
+        method: "PUT".into(),
+        path,
+        val,
+        ..Default::default()
+    }
+}
+
+/// Publishes this member's name and client URLs through raft (etcd's publish step).
+pub async fn publish(server: &EtcdServer) {
+    let cfg = server.cfg();
+    let attrs = Attributes {
+        name: cfg.name.clone(),
+        client_urls: cfg
+            .advertise_client_urls
+            .iter()
+            .map(|u| u.as_str().to_string())
+            .collect(),
+    };
+    #[derive(serde::Serialize)]
+    struct V2Attrs<'a> {
+        name: &'a str,
+        #[serde(rename = "clientURLs")]
+        client_urls: &'a [String],
+    }
+    let val = serde_json::to_string(&V2Attrs {
+        name: &attrs.name,
+        client_urls: &attrs.client_urls,
+    })
+    .unwrap_or_default();
+    let path = format!(
+        "/0/members/{}/attributes",
+        crate::membership::member_key(server.member_id())
+    );
+    let result = server.propose_v2(v2_put(path, val)).await;
+    match result {
+        Ok(_) => tracing::info!(
+            local_member_id = %id_hex(server.member_id()),
+            local_member_attributes = %format!("{{Name:{} ClientURLs:[{}]}}", attrs.name, attrs.client_urls.join(" ")),
+            "published local member to cluster through raft"
+        ),
+        Err(e) => {
+            tracing::warn!(error = %e, "failed to publish local member to cluster through raft")
+        }
+    }
+}
+
+/// The version the cluster should run at: the lowest of its members' server versions, as
+/// major.minor.0; None while some member's version is unknown.
+async fn decide(server: &EtcdServer) -> Option<String> {
+    let mut lowest = major_minor(crate::version::ETCD_VERSION)?;
+    for m in server.members() {
+        if m.id == server.member_id() {
+            continue;
+        }
+        let (sv, _) = crate::transport::forward::version(server.transport().http(), &m.peer_urls)
+            .await
+            .ok()?;
+        let v = major_minor(&sv)?;
+        lowest = lowest.min(v);
+    }
+    Some(format!("{}.{}.0", lowest.0, lowest.1))
+}
+
+/// Whether the leader is a member below 3.5 (etcd 3.4) while the cluster version is 3.5 or
+/// more: such a leader will not lower it.
+async fn leader_keeps_too_high(server: &EtcdServer) -> bool {
+    if !at_least(&server.cluster_version(), (3, 5)) {
+        return false;
+    }
+    let leader = server.leader();
+    let Some(m) = server.members().into_iter().find(|m| m.id == leader) else {
+        return false;
+    };
+    match crate::transport::forward::version(server.transport().http(), &m.peer_urls).await {
+        Ok((sv, _)) => major_minor(&sv).is_some_and(|v| v < (3, 5)),
+        Err(_) => false,
+    }
+}
+
+/// Sets the cluster version to `ver` through raft.
+async fn set(server: &EtcdServer, current: &str, ver: String) {
+    let result = if major_minor(&ver).is_none_or(|v| v < (3, 5)) {
+        server
+            .propose_v2(v2_put("/0/version".into(), ver.clone()))
+            .await
+    } else {
+        server
+            .propose(InternalRaftRequest {
+                cluster_version_set: Some(ClusterVersionSetRequest { ver: ver.clone() }),
+                ..Default::default()
+            })
+            .await
+    };
+    match result {
+        Ok(_) if current.is_empty() => {
+            tracing::info!(cluster_version = %ver, "setting up initial cluster version")
+        }
+        Ok(_) => tracing::info!(from = %current, to = %ver, "updating cluster version"),
+        Err(e) => tracing::warn!(error = %e, "failed to update the cluster version"),
+    }
+}
+
+/// Every member's loop: the leader decides the cluster version as members come and go and
+/// their versions change. A follower steps in only to lower it to 3.4 when the leader is an
+/// etcd 3.4 member, which never lowers it (it only raises), so that a cluster of ours being
+/// rolled back to etcd 3.4 does not stay at 3.5 because a 3.4 member won an election.
+pub async fn monitor(server: Arc<EtcdServer>) {
+    loop {
+        // Every MONITOR, at once after this member's election, and more often while the
+        // version is not decided yet (a member cannot join until it is).
+        let wait = if server.cluster_version().is_empty() {
+            UNDECIDED
+        } else {
+            MONITOR
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = server.shared.version_check.notified() => {}
+        }
+        if server.failure().is_some() {
+            return;
+        }
+        let leading = server.is_leader();
+        if !leading && !leader_keeps_too_high(&server).await {
+            continue;
+        }
+        let Some(target) = decide(&server).await else {
+            continue;
+        };
+        let current = server.cluster_version();
+        // Raised by the leader as members are upgraded. Lowered only to 3.4, as etcd 3.5 does
+        // when an etcd 3.4 member rejoins (etcd's 3.5 → 3.4 rolling downgrade); other
+        // downgrades need the Downgrade API.
+        let change = match (major_minor(&current), major_minor(&target)) {
+            (None, _) => leading,
+            (Some(c), Some(t)) => (leading && t > c) || (t < c && t == (3, 4)),
+            _ => false,
+        };
+        if change {
+            set(&server, &current, target).await;
+        }
+    }
+}

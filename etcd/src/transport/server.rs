@@ -1,0 +1,606 @@
+// The peer port as etcd 3.4/3.5 members expect it (docs/RAFTHTTP.md): the raft endpoints
+// (streams, `/raft`, `/raft/snapshot`), probing, membership, hashkv, lease forwarding and
+// version, with etcd's checks (method, version, cluster ID, sender) and its error answers.
+//
+// HTTP/1.1 only, plain or TLS (--peer-* flags); every error is Go's plain-text error.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Method, StatusCode};
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use prost::Message as _;
+use proto::etcdserverpb::{
+    LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseTimeToLiveResponse, ResponseHeader,
+};
+use proto::raftpb::Message;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+use super::client::{self, Body};
+use super::peer::{self, StreamKind};
+use super::wire::{
+    H_CLUSTER_ID, H_MIN_CLUSTER_VERSION, H_RAFT_TO, H_SERVER_FROM, H_SERVER_VERSION, id_path,
+};
+use crate::error;
+use crate::membership::{Member, id_hex};
+use crate::server::EtcdServer;
+
+/// Request bodies read whole (raft messages, lease and hash requests) stop here.
+const MAX_BODY: usize = 64 << 20;
+/// Lease and hash requests are small.
+const MAX_SMALL_BODY: usize = 64 << 10;
+
+type Resp = http::Response<Body>;
+
+fn response(status: StatusCode) -> http::response::Builder {
+    http::Response::builder().status(status)
+}
+
+fn finish(b: http::response::Builder, body: Body) -> Resp {
+    b.body(body)
+        .unwrap_or_else(|_| http::Response::new(client::empty()))
+}
+
+/// Go's http.Error: a plain-text body ending in a newline.
+fn text_error(status: StatusCode, msg: &str, cluster_id: Option<u64>) -> Resp {
+    let mut b = response(status)
+        .header("content-type", "text/plain; charset=utf-8")
+        .header("x-content-type-options", "nosniff");
+    if let Some(c) = cluster_id {
+        b = b.header(H_CLUSTER_ID, id_path(c));
+    }
+    finish(b, client::full(format!("{msg}\n")))
+}
+
+fn method_not_allowed(allow: Option<&str>) -> Resp {
+    let mut b = response(StatusCode::METHOD_NOT_ALLOWED)
+        .header("content-type", "text/plain; charset=utf-8")
+        .header("x-content-type-options", "nosniff");
+    if let Some(a) = allow {
+        b = b.header("allow", a);
+    }
+    finish(b, client::full("Method Not Allowed\n"))
+}
+
+fn not_found() -> Resp {
+    text_error(StatusCode::NOT_FOUND, "404 page not found", None)
+}
+
+fn json(cluster_id: Option<u64>, body: String) -> Resp {
+    let mut b = response(StatusCode::OK).header("content-type", "application/json");
+    if let Some(c) = cluster_id {
+        b = b.header(H_CLUSTER_ID, id_path(c));
+    }
+    finish(b, client::full(body))
+}
+
+fn protobuf(body: Vec<u8>) -> Resp {
+    finish(
+        response(StatusCode::OK).header("content-type", "application/protobuf"),
+        client::full(body),
+    )
+}
+
+fn header<'a>(req: &'a http::Request<Incoming>, name: &str) -> Option<&'a str> {
+    req.headers().get(name).and_then(|v| v.to_str().ok())
+}
+
+/// (major, minor, patch) of a semantic version.
+pub fn parse_version(v: &str) -> Option<(u64, u64, u64)> {
+    let mut it = v.trim().split('.');
+    let major = it.next()?.parse().ok()?;
+    let minor = it.next()?.parse().ok()?;
+    let patch = it
+        .next()?
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()?;
+    Some((major, minor, patch))
+}
+
+/// etcd's version check on raft requests: the sender's version is at least our minimum
+/// cluster version (3.0.0), and its minimum cluster version is not above our major.minor.
+fn version_ok(req: &http::Request<Incoming>) -> bool {
+    let Some(server) = header(req, H_SERVER_VERSION).and_then(parse_version) else {
+        return false;
+    };
+    if server < (3, 0, 0) {
+        return false;
+    }
+    match header(req, H_MIN_CLUSTER_VERSION) {
+        None => true,
+        Some(v) => match (
+            parse_version(v),
+            parse_version(crate::version::ETCD_VERSION),
+        ) {
+            (Some(min), Some(ours)) => (min.0, min.1) <= (ours.0, ours.1),
+            _ => false,
+        },
+    }
+}
+
+/// The checks every raft request passes (§2.4), after the method: version, then cluster ID.
+fn check_raft(server: &EtcdServer, req: &http::Request<Incoming>) -> Result<(), Box<Resp>> {
+    let cid = server.cluster_id();
+    if !version_ok(req) {
+        tracing::warn!(
+            remote_peer_server_version = header(req, H_SERVER_VERSION).unwrap_or(""),
+            remote_peer_id = header(req, H_SERVER_FROM).unwrap_or(""),
+            "failed to check version compatibility"
+        );
+        return Err(Box::new(text_error(
+            StatusCode::PRECONDITION_FAILED,
+            "incompatible version",
+            Some(cid),
+        )));
+    }
+    let theirs = header(req, H_CLUSTER_ID).and_then(|s| u64::from_str_radix(s, 16).ok());
+    if theirs != Some(cid) {
+        tracing::warn!(
+            local_member_cluster_id = %id_hex(cid),
+            remote_peer_cluster_id = header(req, H_CLUSTER_ID).unwrap_or(""),
+            remote_peer_id = header(req, H_SERVER_FROM).unwrap_or(""),
+            "request cluster ID mismatch"
+        );
+        return Err(Box::new(text_error(
+            StatusCode::PRECONDITION_FAILED,
+            "cluster ID mismatch",
+            Some(cid),
+        )));
+    }
+    Ok(())
+}
+
+/// Reads a whole request body, at most `max` bytes.
+async fn read_all(body: Incoming, max: usize) -> Result<Bytes, ()> {
+    let mut body = body;
+    let mut out = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|_| ())?;
+        if let Some(d) = frame.data_ref() {
+            if out.len() + d.len() > max {
+                return Err(());
+            }
+            out.extend_from_slice(d);
+        }
+    }
+    Ok(out.freeze())
+}
+
+/// The member list as `/members` answers it: sorted by ID, etcd's JSON, and a newline.
+pub fn members_json(members: &[Member]) -> String {
+    let mut ms = members.to_vec();
+    ms.sort_by_key(|m| m.id);
+    let parts: Vec<String> = ms.iter().map(Member::to_json).collect();
+    format!("[{}]\n", parts.join(","))
+}
+
+/// Answers one request on the peer port.
+pub async fn handle(server: Arc<EtcdServer>, req: http::Request<Incoming>) -> Resp {
+    let path = req.uri().path().to_string();
+    let cid = server.cluster_id();
+    match path.as_str() {
+        "/raft" => {
+            if req.method() != Method::POST {
+                return method_not_allowed(Some("POST"));
+            }
+            if let Err(r) = check_raft(&server, &req) {
+                return *r;
+            }
+            let Ok(body) = read_all(req.into_body(), MAX_BODY).await else {
+                return text_error(
+                    StatusCode::BAD_REQUEST,
+                    "error reading raft message",
+                    Some(cid),
+                );
+            };
+            let Ok(m) = Message::decode(body) else {
+                return text_error(
+                    StatusCode::BAD_REQUEST,
+                    "error unmarshalling raft message",
+                    Some(cid),
+                );
+            };
+            if server.is_removed(m.from) {
+                tracing::warn!(remote_peer_id = %id_hex(m.from), "cannot process message from removed member");
+                return text_error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "error processing raft message",
+                    Some(cid),
+                );
+            }
+            if m.r#type != 0 || m.to != 0 || m.from != 0 {
+                let _ = server.step(m);
+            }
+            finish(
+                response(StatusCode::NO_CONTENT).header(H_CLUSTER_ID, id_path(cid)),
+                client::empty(),
+            )
+        }
+        "/raft/snapshot" => {
+            if req.method() != Method::POST {
+                return method_not_allowed(Some("POST"));
+            }
+            if let Err(r) = check_raft(&server, &req) {
+                return *r;
+            }
+            let from = header(&req, H_SERVER_FROM)
+                .and_then(|s| u64::from_str_radix(s, 16).ok())
+                .unwrap_or(0);
+            if server.is_removed(from) {
+                return text_error(StatusCode::GONE, "removed member", Some(cid));
+            }
+            let s = server.clone();
+            match super::snapshot::receive(req.into_body(), from, move |i| s.snap_db_path(i)).await
+            {
+                Ok(m) => {
+                    let _ = server.step(m);
+                    finish(
+                        response(StatusCode::NO_CONTENT).header(H_CLUSTER_ID, id_path(cid)),
+                        client::empty(),
+                    )
+                }
+                Err(super::snapshot::Refusal(status, msg)) => {
+                    tracing::warn!(remote_peer_id = %id_hex(from), error = %msg, "refused a snapshot");
+                    text_error(status, &msg, Some(cid))
+                }
+            }
+        }
+        "/raft/probing" => {
+            let now = chrono_like_now();
+            finish(
+                response(StatusCode::OK).header("content-type", "text/plain; charset=utf-8"),
+                client::full(format!("{{\"OK\":true,\"Now\":\"{now}\"}}\n")),
+            )
+        }
+        p if p.starts_with("/raft/stream/") => stream(server, req).await,
+        "/members" => {
+            if req.method() != Method::GET {
+                return method_not_allowed(Some("GET"));
+            }
+            json(Some(cid), members_json(&server.members()))
+        }
+        p if p.starts_with("/members/promote/") => {
+            if req.method() != Method::POST {
+                return method_not_allowed(Some("POST"));
+            }
+            let given = &p["/members/promote/".len()..];
+            let Ok(id) = given.parse::<u64>() else {
+                return text_error(
+                    StatusCode::NOT_FOUND,
+                    &format!("member {given} not found in cluster"),
+                    Some(cid),
+                );
+            };
+            match server.promote_member(id).await {
+                Ok(_) => json(Some(cid), members_json(&server.members())),
+                Err(e) => {
+                    let (status, msg) = promote_error(e);
+                    text_error(status, msg, Some(cid))
+                }
+            }
+        }
+        "/members/hashkv" => {
+            if req.method() != Method::GET {
+                return method_not_allowed(Some("GET"));
+            }
+            hashkv(server, req).await
+        }
+        "/leases" => {
+            if req.method() != Method::POST {
+                return method_not_allowed(None);
+            }
+            let Ok(body) = read_all(req.into_body(), MAX_SMALL_BODY).await else {
+                return text_error(StatusCode::BAD_REQUEST, "error reading request", None);
+            };
+            let Ok(r) = LeaseKeepAliveRequest::decode(body) else {
+                return text_error(StatusCode::BAD_REQUEST, "error unmarshalling request", None);
+            };
+            if !server.is_leader() {
+                return text_error(StatusCode::BAD_REQUEST, "not a primary lessor", None);
+            }
+            match server.lessor().renew(r.id) {
+                Some(ttl) => protobuf(
+                    LeaseKeepAliveResponse {
+                        header: None,
+                        id: r.id,
+                        ttl,
+                    }
+                    .encode_to_vec(),
+                ),
+                None => text_error(StatusCode::NOT_FOUND, "lease not found", None),
+            }
+        }
+        "/leases/internal" => {
+            if req.method() != Method::POST {
+                return method_not_allowed(None);
+            }
+            let Ok(body) = read_all(req.into_body(), MAX_SMALL_BODY).await else {
+                return text_error(StatusCode::BAD_REQUEST, "error reading request", None);
+            };
+            let r = match proto::leasepb::LeaseInternalRequest::decode(body) {
+                Ok(r) => r.lease_time_to_live_request.unwrap_or_default(),
+                Err(_) => {
+                    return text_error(
+                        StatusCode::BAD_REQUEST,
+                        "error unmarshalling request",
+                        None,
+                    );
+                }
+            };
+            if !server.is_leader() {
+                return text_error(StatusCode::BAD_REQUEST, "not a primary lessor", None);
+            }
+            match server.lessor().time_to_live(r.id) {
+                Some((left, granted, keys)) => protobuf(
+                    proto::leasepb::LeaseInternalResponse {
+                        lease_time_to_live_response: Some(LeaseTimeToLiveResponse {
+                            header: Some(ResponseHeader::default()),
+                            id: r.id,
+                            ttl: left,
+                            granted_ttl: granted,
+                            keys: if r.keys { keys } else { Vec::new() },
+                        }),
+                    }
+                    .encode_to_vec(),
+                ),
+                None => text_error(StatusCode::NOT_FOUND, "lease not found", None),
+            }
+        }
+        "/version" => {
+            if req.method() != Method::GET {
+                return method_not_allowed(Some("GET"));
+            }
+            let cluster = server.cluster_version();
+            let cluster = if cluster.is_empty() {
+                "not_decided".to_string()
+            } else {
+                cluster
+            };
+            json(
+                None,
+                format!(
+                    "{{\"etcdserver\":\"{}\",\"etcdcluster\":\"{cluster}\"}}",
+                    crate::version::ETCD_VERSION
+                ),
+            )
+        }
+        "/downgrade/enabled" => {
+            if req.method() != Method::GET {
+                return method_not_allowed(Some("GET"));
+            }
+            // No downgrade is ever in progress on this member.
+            finish(
+                response(StatusCode::OK).header("content-type", "text/plain; charset=utf-8"),
+                client::full("false"),
+            )
+        }
+        _ => not_found(),
+    }
+}
+
+/// The etcd error text and status `/members/promote` answers with.
+fn promote_error(e: error::Error) -> (StatusCode, &'static str) {
+    if e == error::MEMBER_NOT_LEARNER {
+        (
+            StatusCode::PRECONDITION_FAILED,
+            "membership: can only promote a learner member",
+        )
+    } else if e == error::LEARNER_NOT_READY {
+        (StatusCode::PRECONDITION_FAILED, e.message)
+    } else if e == error::MEMBER_NOT_FOUND {
+        (StatusCode::NOT_FOUND, "membership: ID not found")
+    } else {
+        (StatusCode::INTERNAL_SERVER_ERROR, e.message)
+    }
+}
+
+/// `GET /members/hashkv` with `{"revision":N}`: this member's HashKV as etcd's JSON.
+async fn hashkv(server: Arc<EtcdServer>, req: http::Request<Incoming>) -> Resp {
+    let cid = server.cluster_id();
+    let bad = |m: &str| text_error(StatusCode::BAD_REQUEST, m, Some(cid));
+    let Ok(body) = read_all(req.into_body(), MAX_SMALL_BODY).await else {
+        return bad("error reading request");
+    };
+    #[derive(serde::Deserialize)]
+    struct Ask {
+        #[serde(default)]
+        revision: i64,
+    }
+    let Ok(ask) = serde_json::from_slice::<Ask>(&body) else {
+        return bad("error unmarshalling request");
+    };
+    match crate::server::corrupt::local_hash(&server, ask.revision).await {
+        Ok(r) => {
+            let rev = r.header.as_ref().map(|h| h.revision).unwrap_or(0);
+            let mut out = format!("{{\"header\":{{\"revision\":{rev}}}");
+            if r.hash != 0 {
+                out.push_str(&format!(",\"hash\":{}", r.hash));
+            }
+            if r.compact_revision != 0 {
+                out.push_str(&format!(",\"compact_revision\":{}", r.compact_revision));
+            }
+            out.push('}');
+            json(Some(cid), out)
+        }
+        Err(e) => bad(e.message.trim_start_matches("etcdserver: ")),
+    }
+}
+
+/// `GET /raft/stream/<type>/<from>`: after the checks, the peer gets a never-ending chunked
+/// answer into which its messages are written.
+async fn stream(server: Arc<EtcdServer>, req: http::Request<Incoming>) -> Resp {
+    let cid = server.cluster_id();
+    if req.method() != Method::GET {
+        return method_not_allowed(Some("GET"));
+    }
+    if let Err(r) = check_raft(&server, &req) {
+        return *r;
+    }
+    let rest = &req.uri().path()["/raft/stream/".len()..];
+    let Some((kind, from)) = rest
+        .split_once('/')
+        .and_then(|(k, f)| StreamKind::parse(k).map(|k| (k, f)))
+    else {
+        return text_error(StatusCode::NOT_FOUND, "invalid path", Some(cid));
+    };
+    let Ok(from) = u64::from_str_radix(from, 16) else {
+        return text_error(StatusCode::NOT_FOUND, "invalid from", Some(cid));
+    };
+    if server.is_removed(from) {
+        tracing::warn!(remote_peer_id = %id_hex(from), "rejected stream from removed member");
+        return text_error(StatusCode::GONE, "removed member", Some(cid));
+    }
+    let Some(peer) = server.transport().peer(from) else {
+        return text_error(StatusCode::NOT_FOUND, "error sender not found", Some(cid));
+    };
+    let to = header(&req, H_RAFT_TO).and_then(|s| u64::from_str_radix(s, 16).ok());
+    if to != Some(server.member_id()) {
+        return text_error(
+            StatusCode::PRECONDITION_FAILED,
+            "to field mismatch",
+            Some(cid),
+        );
+    }
+    let (rx, generation) = peer.attach(kind);
+    let (out_tx, out_rx) = mpsc::channel(8);
+    tokio::spawn(async move {
+        peer::write_stream(kind, rx, out_tx).await;
+        peer.detach(kind, generation);
+    });
+    tracing::info!(remote_peer_id = %id_hex(from), stream_type = kind.path_part(), "peer dialed its stream");
+    let body: Body = BodyExt::boxed(StreamBody::new(
+        tokio_stream::wrappers::ReceiverStream::new(out_rx),
+    ));
+    finish(
+        response(StatusCode::OK)
+            .header(H_CLUSTER_ID, id_path(cid))
+            .header(H_SERVER_VERSION, crate::version::ETCD_VERSION),
+        body,
+    )
+}
+
+/// The current UTC time as Go's RFC 3339 with nanoseconds (trailing zeros dropped).
+fn chrono_like_now() -> String {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let secs = d.as_secs() as i64;
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Days since 1970-01-01 to a civil date (proleptic Gregorian).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let mut frac = format!("{:09}", d.subsec_nanos());
+    while frac.ends_with('0') {
+        frac.pop();
+    }
+    let frac = if frac.is_empty() {
+        String::new()
+    } else {
+        format!(".{frac}")
+    };
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}{frac}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}
+
+/// Binds every peer URL before anything is written (a port in use is an error at start).
+pub async fn bind(urls: &[crate::config::Url]) -> Result<Vec<TcpListener>, String> {
+    let mut out = Vec::new();
+    for u in urls {
+        if u.scheme != "http" && u.scheme != "https" {
+            return Err(format!(
+                "listen peer URL {u}: the scheme must be http or https"
+            ));
+        }
+        let l = TcpListener::bind(&u.host)
+            .await
+            .map_err(|e| format!("cannot listen on peer URL {u}: {e}"))?;
+        out.push(l);
+    }
+    Ok(out)
+}
+
+async fn serve_conn<I>(server: Arc<EtcdServer>, io: I)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = hyper::service::service_fn(move |req| {
+        let s = server.clone();
+        async move { Ok::<_, std::convert::Infallible>(handle(s, req).await) }
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .keep_alive(true)
+        .serve_connection(TokioIo::new(io), svc)
+        .await;
+}
+
+/// Serves the peer port on `listener` (over TLS with `tls`) until `shutdown` resolves.
+pub async fn serve(
+    server: Arc<EtcdServer>,
+    listener: TcpListener,
+    tls: Option<crate::tls::TlsServer>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), String> {
+    tokio::pin!(shutdown);
+    match tls {
+        Some(tls) => {
+            let mut incoming = super::peer_tls::incoming(listener, tls);
+            loop {
+                use tokio_stream::StreamExt;
+                tokio::select! {
+                    _ = &mut shutdown => return Ok(()),
+                    c = incoming.next() => match c {
+                        Some(Ok(conn)) => { tokio::spawn(serve_conn(server.clone(), conn.0)); }
+                        Some(Err(_)) => {}
+                        None => return Ok(()),
+                    },
+                }
+            }
+        }
+        None => loop {
+            tokio::select! {
+                _ = &mut shutdown => return Ok(()),
+                c = listener.accept() => match c {
+                    Ok((tcp, _)) => {
+                        let _ = tcp.set_nodelay(true);
+                        tokio::spawn(serve_conn(server.clone(), tcp));
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "peer listener accept failed");
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    }
+                },
+            }
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_parse_like_etcds_checks() {
+        assert_eq!(parse_version("3.4.23"), Some((3, 4, 23)));
+        assert_eq!(parse_version("3.5.0-alpha.0"), Some((3, 5, 0)));
+        assert_eq!(parse_version("not_decided"), None);
+        let now = chrono_like_now();
+        assert!(now.ends_with('Z') && now.len() >= 20, "{now}");
+    }
+}

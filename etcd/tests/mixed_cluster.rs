@@ -1,0 +1,436 @@
+// Clusters of real etcd 3.4 members (Debian's etcd-server) and ours, speaking etcd's peer
+// protocol: both kinds lead, snapshots go both ways, members join each other, and a rolling swap.
+
+#[path = "../../common/tests/support/mod.rs"]
+mod support;
+
+#[path = "cluster_support/mod.rs"]
+mod cluster_support;
+
+use std::time::{Duration, Instant};
+
+use cluster_support::{Cluster, Node, Writer, assert_all_present, members};
+
+const OURS: &str = env!("CARGO_BIN_EXE_etcd");
+/// etcd 3.4 from Debian's etcd-server (scripts/deps.sh installs it).
+const ETCD: &str = "etcd";
+
+const FAST: &[&str] = &["--heartbeat-interval", "50", "--election-timeout", "500"];
+
+fn tmp() -> tempfile::TempDir {
+    tempfile::tempdir().expect("temp dir")
+}
+
+/// Starts a cluster whose member i runs `bins[i]`.
+fn start_mixed(dir: &std::path::Path, bins: &[&str], extra: &[&str]) -> Cluster {
+    let mut nodes = members(dir, bins.len(), false, extra, |_| {});
+    for (m, bin) in nodes.iter_mut().zip(bins) {
+        m.spawn(bin);
+    }
+    for m in &mut nodes {
+        m.wait_healthy(Duration::from_secs(30));
+    }
+    Cluster {
+        bin: OURS.to_string(),
+        nodes,
+    }
+}
+
+fn json(out: &str) -> serde_json::Value {
+    serde_json::from_str(out).unwrap_or_else(|e| panic!("bad JSON from etcdctl ({e}): {out}"))
+}
+
+/// The member's status as `endpoint status -w json` prints it.
+fn status(m: &Node) -> serde_json::Value {
+    json(&m.etcdctl_ok(&["endpoint", "status", "-w", "json"]))[0]["Status"].clone()
+}
+
+/// Every running member hashes its keys equally at one revision all of them have applied.
+fn assert_hash_equal(nodes: &[&Node]) {
+    let rev = nodes
+        .iter()
+        .map(|m| status(m)["header"]["revision"].as_i64().unwrap_or(0))
+        .min()
+        .unwrap_or(0);
+    let hashes: Vec<(String, u64)> = nodes
+        .iter()
+        .map(|m| {
+            let out = m.etcdctl_ok(&[
+                "endpoint",
+                "hashkv",
+                "--rev",
+                &rev.to_string(),
+                "-w",
+                "json",
+            ]);
+            let h = json(&out)[0]["HashKV"]["hash"].as_u64().unwrap_or(0);
+            (m.name.clone(), h)
+        })
+        .collect();
+    assert!(
+        hashes.iter().all(|(_, h)| *h == hashes[0].1 && *h != 0),
+        "members hash revision {rev} differently: {hashes:?}"
+    );
+}
+
+/// Makes member `to` the leader (move-leader asked of the current leader).
+fn move_leader(c: &Cluster, to: usize) {
+    let id = c.member_id_hex(&c.nodes[to].name);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let l = c.leader(Duration::from_secs(10));
+        if l == to {
+            return;
+        }
+        let out = c.nodes[l].etcdctl(&["move-leader", &id]);
+        if out.status.success() {
+            assert!(
+                String::from_utf8_lossy(&out.stdout).contains("Leadership transferred"),
+                "{}",
+                String::from_utf8_lossy(&out.stdout)
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "leadership never moved to {}: {}",
+            c.nodes[to].name,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A plain HTTP GET on a member's client port (for /version and /metrics).
+fn http_get(m: &Node, path: &str) -> String {
+    let url = format!("{}{path}", m.client_url);
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "--max-time", "5", &url])
+        .output()
+        .expect("run curl");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Waits until the member reports cluster version `v` on /version.
+fn wait_cluster_version(m: &Node, v: &str) {
+    let want = format!("\"etcdcluster\":\"{v}\"");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let got = http_get(m, "/version");
+        if got.contains(&want) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} reports {got}, not {v}; log ends:\n{}",
+            m.name,
+            m.log_tail(20)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Whether the member's log has `needle` (how a test tells a snapshot was received).
+fn log_has(m: &Node, needle: &str) -> bool {
+    std::fs::read_to_string(m.log_path())
+        .unwrap_or_default()
+        .contains(needle)
+}
+
+#[test]
+fn etcd_and_ours_lead_each_other_and_forward_leases() {
+    let dir = tmp();
+    let mut c = start_mixed(dir.path(), &[ETCD, ETCD, OURS], FAST);
+    let writer = Writer::start_many(
+        c.nodes.iter().map(|m| m.client_url.clone()).collect(),
+        "w/",
+        4,
+    );
+
+    // The cluster runs at etcd 3.4's version, decided by whichever member leads.
+    move_leader(&c, 2);
+    wait_cluster_version(&c.nodes[2], "3.4.0");
+    assert!(
+        http_get(&c.nodes[2], "/metrics")
+            .contains("etcd_cluster_version{cluster_version=\"3.4\"} 1")
+    );
+
+    // Ours leads: an etcd follower forwards keep-alives and TTL queries to it.
+    let granted = c.nodes[0].etcdctl_ok(&["lease", "grant", "60"]);
+    let lease = granted
+        .split_whitespace()
+        .nth(1)
+        .expect("lease id")
+        .to_string();
+    let kept = c.nodes[0].etcdctl_ok(&["lease", "keep-alive", "--once", &lease]);
+    assert!(kept.contains("keepalived with TTL"), "{kept}");
+    let ttl = c.nodes[1].etcdctl_ok(&["lease", "timetolive", &lease]);
+    assert!(ttl.contains("remaining("), "{ttl}");
+    c.nodes[1].etcdctl_ok(&["put", "leased", "x", "--lease", &lease]);
+
+    // An etcd member leads: ours forwards them to it.
+    move_leader(&c, 0);
+    let kept = c.nodes[2].etcdctl_ok(&["lease", "keep-alive", "--once", &lease]);
+    assert!(kept.contains("keepalived with TTL"), "{kept}");
+    let ttl = c.nodes[2].etcdctl_ok(&["lease", "timetolive", &lease, "--keys"]);
+    assert!(ttl.contains("attached keys([leased])"), "{ttl}");
+
+    // kill -9 of our member while it leads: an etcd member takes over, ours comes back.
+    move_leader(&c, 2);
+    c.nodes[2].kill9();
+    let l = c.leader(Duration::from_secs(10));
+    assert_ne!(l, 2);
+    c.nodes[2].spawn(OURS);
+    c.nodes[2].wait_healthy(Duration::from_secs(30));
+    // And the reverse: the etcd leader killed, ours among those electing the next.
+    move_leader(&c, 1);
+    c.nodes[1].kill9();
+    c.leader(Duration::from_secs(10));
+    c.nodes[1].spawn(ETCD);
+    c.nodes[1].wait_healthy(Duration::from_secs(30));
+
+    std::thread::sleep(Duration::from_millis(500));
+    let acked = writer.finish();
+    assert!(
+        acked.len() > 100,
+        "only {} writes acknowledged",
+        acked.len()
+    );
+    for m in &c.nodes {
+        assert_all_present(m, "w/", &acked);
+    }
+    assert_hash_equal(&c.nodes.iter().collect::<Vec<_>>());
+}
+
+/// Writes `n` keys under `prefix` through `m` as fast as a few clients can.
+fn write_many(m: &Node, prefix: &str, n: usize) -> Vec<String> {
+    let w = Writer::start_many(vec![m.client_url.clone()], prefix, 8);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while w.acked_count() < n {
+        assert!(
+            Instant::now() < deadline,
+            "only {} writes in 120s",
+            w.acked_count()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    w.finish()
+}
+
+#[test]
+fn snapshots_go_from_an_etcd_leader_to_ours_and_from_ours_to_etcd() {
+    let dir = tmp();
+    // etcd 3.4 keeps 5000 entries for slow followers, whatever the flags; ours is told the
+    // same so both kinds of leader must send a snapshot to a member 6000 entries behind.
+    let flags: Vec<&str> = FAST
+        .iter()
+        .copied()
+        .chain(["--snapshot-count", "1000"])
+        .collect();
+    let mut c = start_mixed(dir.path(), &[ETCD, OURS, ETCD], &flags);
+
+    // An etcd leader, our member far behind: it gets the leader's snapshot.
+    move_leader(&c, 0);
+    c.nodes[1].stop();
+    let acked = write_many(&c.nodes[0], "a/", 6000);
+    c.nodes[1].spawn(OURS);
+    c.nodes[1].wait_healthy(Duration::from_secs(60));
+    c.nodes[1].wait_local(acked.last().expect("a write"), "v", Duration::from_secs(30));
+    assert!(
+        log_has(&c.nodes[1], "received a database snapshot"),
+        "our member caught up without a snapshot; log ends:\n{}",
+        c.nodes[1].log_tail(30)
+    );
+    assert_all_present(&c.nodes[1], "a/", &acked);
+
+    // Our leader, an etcd member far behind: it gets our snapshot (v2 store and db).
+    move_leader(&c, 1);
+    c.nodes[2].stop();
+    let acked_b = write_many(&c.nodes[1], "b/", 6000);
+    c.nodes[2].spawn(ETCD);
+    c.nodes[2].wait_healthy(Duration::from_secs(60));
+    c.nodes[2].wait_local(
+        acked_b.last().expect("a write"),
+        "v",
+        Duration::from_secs(30),
+    );
+    assert!(
+        log_has(&c.nodes[2], "received and saved database snapshot"),
+        "the etcd member caught up without a snapshot; log ends:\n{}",
+        c.nodes[2].log_tail(30)
+    );
+    assert_all_present(&c.nodes[2], "a/", &acked);
+    assert_all_present(&c.nodes[2], "b/", &acked_b);
+    // The etcd member restarts from what it received (its own .snap and db).
+    c.nodes[2].stop();
+    c.nodes[2].spawn(ETCD);
+    c.nodes[2].wait_healthy(Duration::from_secs(30));
+    let list = c.nodes[2].etcdctl_ok(&["member", "list"]);
+    assert_eq!(list.lines().count(), 3, "{list}");
+    assert_hash_equal(&c.nodes.iter().collect::<Vec<_>>());
+}
+
+/// `member add` on `via`, then the new member started with the settings etcdctl printed.
+fn add_member(c: &Cluster, via: usize, new: &mut Node, bin: &str, learner: bool) {
+    let peer = format!("--peer-urls={}", new.advertise_peer);
+    let mut args = vec!["member", "add", new.name.as_str(), peer.as_str()];
+    if learner {
+        args.push("--learner");
+    }
+    // etcd refuses a member change until every voter has been connected for 5 s
+    // ("unhealthy cluster"), as after a start or a restart.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let added = loop {
+        let out = c.nodes[via].etcdctl(&args);
+        if out.status.success() {
+            break String::from_utf8_lossy(&out.stdout).into_owned();
+        }
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("unhealthy cluster") && Instant::now() < deadline,
+            "member add failed: {err}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    new.initial_cluster = added
+        .lines()
+        .find_map(|l| l.strip_prefix("ETCD_INITIAL_CLUSTER=\""))
+        .and_then(|l| l.strip_suffix('"'))
+        .expect("ETCD_INITIAL_CLUSTER line")
+        .to_string();
+    new.state = "existing";
+    new.extra = FAST.iter().map(|s| s.to_string()).collect();
+    new.spawn(bin);
+}
+
+/// Promotes learner `name` once it has caught up (refused before, with etcd's error).
+fn promote(c: &Cluster, via: usize, name: &str) {
+    let id = c.member_id_hex(name);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = c.nodes[via].etcdctl(&["member", "promote", &id]);
+        if out.status.success() {
+            return;
+        }
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("in sync with leader"), "promote failed: {err}");
+        assert!(Instant::now() < deadline, "learner {name} never caught up");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn ours_joins_an_etcd_cluster_and_etcd_joins_ours_as_learners() {
+    let dir = tmp();
+    let mut c = start_mixed(dir.path(), &[ETCD, ETCD, ETCD], FAST);
+    let writer = Writer::start_many(
+        c.nodes.iter().map(|m| m.client_url.clone()).collect(),
+        "w/",
+        4,
+    );
+
+    // Ours joins the etcd cluster as a learner, is promoted and leads.
+    let mut m4 = Node::new_for_join(dir.path(), "m4");
+    add_member(&c, 0, &mut m4, OURS, true);
+    c.nodes[0].etcdctl_ok(&["put", "before-m4", "x"]);
+    m4.wait_local("before-m4", "x", Duration::from_secs(30));
+    promote(&c, 1, "m4");
+    c.nodes.push(m4);
+    move_leader(&c, 3);
+
+    // An etcd member is removed by our leader and stops.
+    let id1 = c.member_id_hex("m1");
+    c.nodes[3].etcdctl_ok(&["member", "remove", &id1]);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while c.nodes[0].exited().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the removed etcd member did not stop"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    c.nodes[0].child = None;
+
+    // An etcd member joins through our leader as a learner and is promoted by it.
+    let mut m5 = Node::new_for_join(dir.path(), "m5");
+    add_member(&c, 3, &mut m5, ETCD, true);
+    c.nodes[3].etcdctl_ok(&["put", "before-m5", "x"]);
+    m5.wait_local("before-m5", "x", Duration::from_secs(30));
+    promote(&c, 3, "m5");
+    c.nodes.push(m5);
+    move_leader(&c, 4);
+
+    let list = c.nodes[3].etcdctl_ok(&["member", "list"]);
+    assert_eq!(list.lines().count(), 4, "{list}");
+    assert!(!list.contains(", true"), "a learner is left: {list}");
+
+    std::thread::sleep(Duration::from_millis(500));
+    let acked = writer.finish();
+    let running: Vec<&Node> = c.nodes.iter().filter(|m| m.child.is_some()).collect();
+    for m in &running {
+        assert_all_present(m, "w/", &acked);
+    }
+    assert_hash_equal(&running);
+}
+
+/// Replaces member i's binary in place: SIGTERM, then the other binary on the same data dir
+/// with the same flags, as an operator swaps a member during a rolling upgrade.
+fn swap(c: &mut Cluster, i: usize, bin: &str) {
+    c.nodes[i].stop();
+    c.nodes[i].spawn(bin);
+    c.nodes[i].wait_healthy(Duration::from_secs(30));
+    let running: Vec<&Node> = c.nodes.iter().collect();
+    assert_hash_equal(&running);
+}
+
+#[test]
+fn rolling_swap_of_an_etcd_cluster_to_ours_and_back_under_writes() {
+    let dir = tmp();
+    let mut c = start_mixed(dir.path(), &[ETCD, ETCD, ETCD], FAST);
+    let writer = Writer::start_many(
+        c.nodes.iter().map(|m| m.client_url.clone()).collect(),
+        "w/",
+        4,
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    // Two of three swapped to ours, then back to etcd: the cluster stays at version 3.4
+    // while an etcd member remains.
+    swap(&mut c, 0, OURS);
+    swap(&mut c, 1, OURS);
+    swap(&mut c, 0, ETCD);
+    swap(&mut c, 1, ETCD);
+    // Then all three to ours: the cluster version becomes ours (3.5), as after an upgrade to
+    // etcd 3.5.
+    for i in 0..3 {
+        swap(&mut c, i, OURS);
+    }
+    wait_cluster_version(&c.nodes[0], "3.5.0");
+    // And all three back: an etcd 3.4 member starts on a dir of ours (whose snapshots and log
+    // hold nothing it cannot apply), and our leader lowers the cluster version to 3.4 for it.
+    swap(&mut c, 0, ETCD);
+    wait_cluster_version(&c.nodes[1], "3.4.0");
+    swap(&mut c, 1, ETCD);
+    swap(&mut c, 2, ETCD);
+    for m in &c.nodes {
+        wait_cluster_version(m, "3.4.0");
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let acked = writer.finish();
+    assert!(
+        acked.len() > 100,
+        "only {} writes acknowledged",
+        acked.len()
+    );
+    for m in &c.nodes {
+        assert_all_present(m, "w/", &acked);
+    }
+    let list = c.nodes[0].etcdctl_ok(&["member", "list"]);
+    for m in &c.nodes {
+        assert!(
+            list.contains(&format!(
+                ", started, {}, {}, {}",
+                m.name, m.advertise_peer, m.client_url
+            )),
+            "{list}"
+        );
+    }
+}

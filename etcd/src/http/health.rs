@@ -22,13 +22,23 @@ async fn linearizable_read_ok(server: &EtcdServer) -> Result<(), String> {
     }
 }
 
+/// /health. `?exclude=<ALARM>` (repeatable, e.g. NOSPACE) ignores an alarm of that type, as
+/// etcd 3.4.23 and 3.5 do: kubeadm's liveness probe (`/health?exclude=NOSPACE&serializable=true`)
+/// must not restart a member whose only trouble is a full quota.
 pub async fn health(server: &EtcdServer, query: Option<&str>) -> Response<Body> {
     let serializable = query_values(query, "serializable")
         .first()
         .map(String::as_str)
         == Some("true");
-    let healthy = if !server.alarms().is_empty() {
-        tracing::warn!("serving /health false; alarm is active");
+    let excluded = query_values(query, "exclude");
+    let alarm = server.alarms().into_iter().find(|a| {
+        let name = proto::etcdserverpb::AlarmType::try_from(a.alarm)
+            .map(|t| t.as_str_name())
+            .unwrap_or("UNKNOWN");
+        !excluded.iter().any(|e| e == name)
+    });
+    let healthy = if let Some(a) = alarm {
+        tracing::warn!(alarm = ?a, "serving /health false; alarm is active");
         false
     } else if server.leader() == 0 {
         tracing::warn!("serving /health false; no leader");

@@ -93,7 +93,11 @@ fn run(cfg: Config) -> Result<(), String> {
             r = server.wait_ready() => r.map_err(|e| format!("the member did not become ready: {e}"))?,
             f = server.wait_failed() => return Err(f),
         }
-        if server.cfg().experimental_initial_corrupt_check
+        // --feature-gates=InitialCorruptCheck=true or 3.5's --experimental-initial-corrupt-check.
+        if server
+            .cfg()
+            .feature_gates
+            .enabled(etcd::config::Gate::InitialCorruptCheck)
             && let Err(e) = etcd::server::corrupt::initial_check(&server).await
         {
             let s = server.clone();

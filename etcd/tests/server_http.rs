@@ -4,6 +4,7 @@
 // answering the same calls with the same JSON, IDs aside.
 
 mod http_client;
+mod probes;
 #[path = "../../common/tests/support/mod.rs"]
 mod support;
 
@@ -11,6 +12,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use http_client::{get, post, request};
+use probes::assert_probes_answer_as_etcd_3_5;
 use serde_json::Value;
 use support::{RealEtcd, free_port};
 
@@ -152,13 +154,17 @@ fn health_version_and_metrics() {
     let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
     assert_eq!(keys, ["etcdserver", "etcdcluster"]);
     assert_eq!(v["etcdcluster"], "3.5.0");
-    // etcd 3.5's probes.
-    assert_eq!(get(url, "/livez").body, "ok");
-    assert_eq!(get(url, "/readyz").body, "ok");
-    assert!(
-        get(url, "/readyz?verbose")
-            .body
-            .contains("[+]linearizable_read ok")
+    // etcd 3.5's probes, on the client port (with its CORS headers) as on the metrics one.
+    for base in [url.as_str(), metrics_url.as_str()] {
+        assert_probes_answer_as_etcd_3_5(base);
+    }
+    assert_eq!(
+        get(url, "/readyz").header("access-control-allow-origin"),
+        Some("*")
+    );
+    assert_eq!(
+        get(&metrics_url, "/readyz").header("access-control-allow-origin"),
+        None
     );
     let nf = get(url, "/nope");
     let nf_real = get(&real.client_url, "/nope");
@@ -276,6 +282,19 @@ fn health_version_and_metrics() {
     assert_eq!((h.status, h.body.as_str()), (200, r#"{"health":"true"}"#));
     assert_eq!(h.header("access-control-allow-origin"), None);
     assert_eq!(get(&metrics_url, "/version").status, 404);
+    // GET only, on both listeners, as etcd 3.4 answers for /health.
+    let b = request(
+        &real.client_url,
+        "POST",
+        "/health",
+        "",
+        Duration::from_secs(5),
+    );
+    for base in [url.as_str(), metrics_url.as_str()] {
+        let a = request(base, "POST", "/health", "", Duration::from_secs(5));
+        assert_eq!((a.status, &a.body), (b.status, &b.body), "{base}");
+        assert_eq!(a.header("allow"), b.header("allow"));
+    }
 }
 
 #[test]
@@ -300,6 +319,20 @@ fn health_is_false_with_an_alarm() {
     assert_eq!(a.header("x-content-type-options"), Some("nosniff"));
     let (m, _) = scrape(&ours.client_url);
     assert_eq!(value(&m, "etcd_server_health_failures", &[]), Some(1.0));
+    // ?exclude=<alarm> ignores that alarm only (kubeadm's liveness probe excludes NOSPACE so
+    // that a full quota does not get the member restarted), as etcd 3.4.23 does.
+    for (path, status) in [
+        ("/health?exclude=NOSPACE", 200),
+        ("/health?exclude=NOSPACE&serializable=true", 200),
+        ("/health?exclude=CORRUPT", 503),
+        ("/health?exclude=nospace", 503),
+        ("/health?exclude=CORRUPT&exclude=NOSPACE", 200),
+    ] {
+        let a = get(&ours.client_url, path);
+        let b = get(&real.client_url, path);
+        assert_eq!((a.status, &a.body), (b.status, &b.body), "{path}");
+        assert_eq!(a.status, status, "{path}");
+    }
 }
 
 /// Replaces the member and cluster IDs (derived from ports) in a JSON answer.
@@ -590,6 +623,29 @@ fn corrupt_alarm_refuses_what_etcd_refuses() {
     }
     assert!(real_seen.iter().any(|a| a.2.contains("corrupt cluster")));
     assert!(real_seen.iter().any(|a| a.0 == "get a" && a.1 == Some(0)));
+
+    // etcd 3.5's /readyz fails on the CORRUPT alarm, listing every check (etcd 3.4, the
+    // oracle here, has no /readyz); /livez does not look at alarms.
+    let url = &ours.client_url;
+    let r = get(url, "/readyz");
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (
+            503,
+            "[-]data_corruption failed: alarm activated: CORRUPT\n[+]serializable_read ok\n[+]linearizable_read ok\n\n"
+        )
+    );
+    assert_eq!(r.header("x-content-type-options"), Some("nosniff"));
+    let r = get(url, "/readyz/data_corruption");
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (
+            503,
+            "[-]data_corruption failed: alarm activated: CORRUPT\n\n"
+        )
+    );
+    assert_eq!(get(url, "/readyz?exclude=data_corruption").body, "ok\n");
+    assert_eq!(get(url, "/livez").body, "ok\n");
 }
 
 /// The shape of a JSON answer: every object's keys (recursively) and every error in full, with

@@ -14,6 +14,13 @@ const SECURITY_KEYS: &[(&str, &str)] = &[
     ("crl-file", "client-crl-file"),
 ];
 
+/// Keys whose YAML spelling differs from their flag's: etcd 3.5 reads this setting from
+/// `experimental-snapshot-catch-up-entries` (its JSON tag) although the flag says "catchup".
+const KEY_ALIASES: &[(&str, &str)] = &[(
+    "experimental-snapshot-catch-up-entries",
+    "experimental-snapshot-catchup-entries",
+)];
+
 fn scalar(v: &Yaml) -> Option<String> {
     match v {
         Yaml::String(s) | Yaml::Real(s) => Some(s.clone()),
@@ -92,6 +99,10 @@ pub fn to_args(path: &str, text: &str) -> Result<(Vec<String>, Vec<String>), Str
             }
             continue;
         }
+        let key = KEY_ALIASES
+            .iter()
+            .find(|(alias, _)| *alias == key)
+            .map_or(key, |(_, flag)| flag.to_string());
         if matches!(key.as_str(), "config-file" | "help" | "version") {
             continue;
         }

@@ -4,6 +4,8 @@
 
 use std::collections::BTreeMap;
 
+use super::features::{FeatureGates, Gate};
+
 /// Where a flag's value came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
@@ -432,53 +434,119 @@ pub const FLAGS: &[FlagSpec] = &[
         "info",
         "Configures log level. Only supports debug, info, warn, error, panic, or fatal.",
     ),
+    v(
+        "Feature",
+        "feature-gates",
+        "",
+        "A set of key=value pairs that describe feature gates for alpha/experimental features.",
+    ),
+    v(
+        "Feature",
+        "corrupt-check-time",
+        "0s",
+        "Duration of time between cluster corruption check passes.",
+    ),
+    v(
+        "Feature",
+        "compaction-batch-limit",
+        "1000",
+        "Sets the maximum revisions deleted in each compaction batch.",
+    ),
+    v(
+        "Feature",
+        "compaction-sleep-interval",
+        "10ms",
+        "Sets the sleep interval between each compaction batch.",
+    ),
+    v(
+        "Feature",
+        "watch-progress-notify-interval",
+        "10m",
+        "Duration of periodic watch progress notifications.",
+    ),
+    v(
+        "Feature",
+        "warning-apply-duration",
+        "100ms",
+        "Time duration after which a warning is generated if request takes more time.",
+    ),
+    v(
+        "Feature",
+        "snapshot-catchup-entries",
+        "5000",
+        "Number of entries for a slow follower to catch up after compacting the raft storage entries.",
+    ),
     b(
         "Experimental feature",
         "experimental-initial-corrupt-check",
         "false",
-        "Enable to check data corruption before serving any client/peer traffic.",
+        "Enable to check data corruption before serving any client/peer traffic. Use '--feature-gates=InitialCorruptCheck=true' instead.",
     ),
     v(
         "Experimental feature",
         "experimental-corrupt-check-time",
         "0s",
-        "Duration of time between cluster corruption check passes.",
+        "Duration of time between cluster corruption check passes. Use --corrupt-check-time instead.",
+    ),
+    b(
+        "Experimental feature",
+        "experimental-compact-hash-check-enabled",
+        "false",
+        "Enable leader to periodically check followers compaction hashes. Use '--feature-gates=CompactHashCheck=true' instead.",
     ),
     b(
         "Experimental feature",
         "experimental-enable-lease-checkpoint",
         "false",
-        "Enable leader to send regular checkpoints to other members to prevent reset of remaining TTL on leader change.",
+        "Enable leader to send regular checkpoints to other members to prevent reset of remaining TTL on leader change. Use '--feature-gates=LeaseCheckpoint=true' instead.",
+    ),
+    b(
+        "Experimental feature",
+        "experimental-enable-lease-checkpoint-persist",
+        "false",
+        "Enable persisting remainingTTL to prevent indefinite auto-renewal of long lived leases. Use '--feature-gates=LeaseCheckpointPersist=true' instead.",
+    ),
+    b(
+        "Experimental feature",
+        "experimental-txn-mode-write-with-shared-buffer",
+        "true",
+        "Enable the write transaction to use a shared buffer in its readonly check operations. Use '--feature-gates=TxnModeWriteWithSharedBuffer=true' instead.",
+    ),
+    b(
+        "Experimental feature",
+        "experimental-stop-grpc-service-on-defrag",
+        "false",
+        "Enable etcd gRPC service to stop serving client requests on defragmentation. Use '--feature-gates=StopGRPCServiceOnDefrag=true' instead.",
     ),
     v(
         "Experimental feature",
         "experimental-snapshot-catchup-entries",
         "5000",
-        "Number of entries for a slow follower to catch up after compacting the raft storage entries.",
+        "Number of entries for a slow follower to catch up after compacting the raft storage entries. Use --snapshot-catchup-entries instead.",
     ),
     v(
         "Experimental feature",
         "experimental-compaction-batch-limit",
         "1000",
-        "Sets the maximum revisions deleted in each compaction batch.",
+        "Sets the maximum revisions deleted in each compaction batch. Use --compaction-batch-limit instead.",
     ),
     v(
         "Experimental feature",
         "experimental-compaction-sleep-interval",
         "10ms",
-        "Sets the sleep interval between each compaction batch.",
+        "Sets the sleep interval between each compaction batch. Use --compaction-sleep-interval instead.",
     ),
     v(
         "Experimental feature",
         "experimental-watch-progress-notify-interval",
         "10m",
-        "Duration of periodic watch progress notifications.",
+        "Duration of periodic watch progress notifications. Use --watch-progress-notify-interval instead.",
     ),
     v(
         "Experimental feature",
         "experimental-warning-apply-duration",
         "100ms",
-        "Time duration after which a warning is generated if request takes more time.",
+        "Time duration after which a warning is generated if request takes more time. Use --warning-apply-duration instead.",
     ),
     b(
         "Unsafe feature",
@@ -491,6 +559,87 @@ pub const FLAGS: &[FlagSpec] = &[
 pub fn spec(name: &str) -> Option<&'static FlagSpec> {
     FLAGS.iter().find(|f| f.name == name)
 }
+
+/// etcd 3.4/3.5's --experimental-* flags that etcd 3.6 renamed (upgrade_3_6 "Flags
+/// deprecated"), and the new name. Both are accepted; giving both is etcd 3.6's error.
+pub const RENAMED: &[(&str, &str)] = &[
+    ("experimental-corrupt-check-time", "corrupt-check-time"),
+    (
+        "experimental-compaction-batch-limit",
+        "compaction-batch-limit",
+    ),
+    (
+        "experimental-compaction-sleep-interval",
+        "compaction-sleep-interval",
+    ),
+    (
+        "experimental-watch-progress-notify-interval",
+        "watch-progress-notify-interval",
+    ),
+    (
+        "experimental-warning-apply-duration",
+        "warning-apply-duration",
+    ),
+    (
+        "experimental-snapshot-catchup-entries",
+        "snapshot-catchup-entries",
+    ),
+];
+
+/// etcd 3.5's boolean --experimental-* flags that etcd 3.6 replaced by feature gates
+/// (upgrade_3_6 "Equivalent flags of v3.5 feature gates").
+pub const GATE_FLAGS: &[(&str, Gate)] = &[
+    (
+        "experimental-stop-grpc-service-on-defrag",
+        Gate::StopGRPCServiceOnDefrag,
+    ),
+    (
+        "experimental-initial-corrupt-check",
+        Gate::InitialCorruptCheck,
+    ),
+    (
+        "experimental-compact-hash-check-enabled",
+        Gate::CompactHashCheck,
+    ),
+    (
+        "experimental-txn-mode-write-with-shared-buffer",
+        Gate::TxnModeWriteWithSharedBuffer,
+    ),
+    (
+        "experimental-enable-lease-checkpoint",
+        Gate::LeaseCheckpoint,
+    ),
+    (
+        "experimental-enable-lease-checkpoint-persist",
+        Gate::LeaseCheckpointPersist,
+    ),
+];
+
+/// The warning etcd 3.6 logs for a deprecated flag that is set (its texts, quirks included:
+/// "3.6" or "v3.6" as etcd writes them, and no dashes before compaction-sleep-interval).
+pub fn deprecation_warning(flag: &str) -> Option<String> {
+    let gate_flag = |gate: &str| format!("'--feature-gates={gate}=true'");
+    let (version, instead) = match flag {
+        "experimental-compact-hash-check-enabled" => ("3.6", gate_flag("CompactHashCheck")),
+        "experimental-txn-mode-write-with-shared-buffer" => {
+            ("v3.6", gate_flag("TxnModeWriteWithSharedBuffer"))
+        }
+        "experimental-compaction-sleep-interval" => {
+            ("v3.6", "'compaction-sleep-interval'".to_string())
+        }
+        _ => {
+            let (_, new) = RENAMED.iter().find(|(old, _)| *old == flag)?;
+            ("v3.6", format!("'--{new}'"))
+        }
+    };
+    let next = if version == "3.6" { "3.7" } else { "v3.7" };
+    Some(format!(
+        "--{flag} is deprecated in {version} and will be decommissioned in {next}. Use {instead} instead."
+    ))
+}
+
+/// The flag whose value is a list of gates.
+pub const FEATURE_GATES: &str = "feature-gates";
 
 /// The ETCD_* variable of a flag: upper case, '-' → '_'.
 pub fn env_name(flag: &str) -> String {
@@ -596,6 +745,18 @@ pub fn parse(args: &[String], env: &[(String, String)]) -> Result<(Action, FlagV
                 }
             }
         };
+        let value = if spec.name == FEATURE_GATES {
+            // Checked as it is read, as etcd's flag is; a repeated flag adds to the gates.
+            FeatureGates::default()
+                .add(&value)
+                .map_err(|e| format!("invalid value \"{value}\" for flag -{name}: {e}"))?;
+            match values.get(FEATURE_GATES) {
+                Some((prev, Source::CommandLine)) => format!("{prev},{value}"),
+                _ => value,
+            }
+        } else {
+            value
+        };
         values.insert(spec.name, (value, Source::CommandLine));
     }
 
@@ -624,6 +785,11 @@ pub fn parse(args: &[String], env: &[(String, String)]) -> Result<(Action, FlagV
                 if spec.is_bool && parse_bool(val).is_none() {
                     return Err(format!("invalid value \"{val}\" for {k}: parse error"));
                 }
+                if spec.name == FEATURE_GATES
+                    && let Err(e) = FeatureGates::default().add(val)
+                {
+                    return Err(format!("invalid value \"{val}\" for {k}: {e}"));
+                }
                 values.insert(spec.name, (val.clone(), Source::Env));
             }
         }
@@ -642,7 +808,12 @@ pub fn help() -> String {
             group = f.group;
             out.push_str(&format!("\n{group}:\n"));
         }
-        out.push_str(&format!("  --{} '{}'\n    {}\n", f.name, f.default, f.help));
+        let help = if f.name == FEATURE_GATES {
+            super::features::help()
+        } else {
+            f.help.to_string()
+        };
+        out.push_str(&format!("  --{} '{}'\n    {help}\n", f.name, f.default));
     }
     out
 }

@@ -2,6 +2,7 @@
 // ETCD_* variables, checked before anything is written (a bad value stops the start).
 
 pub mod duration;
+pub mod features;
 pub mod file;
 pub mod flags;
 pub mod url;
@@ -10,7 +11,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use duration::{format_go_duration, parse_go_duration};
+pub use features::{FeatureGates, Gate};
 pub use flags::Action;
+use flags::{FEATURE_GATES, FLAGS, GATE_FLAGS, RENAMED};
 pub use url::Url;
 
 /// etcd's default backend quota (2 GiB) when --quota-backend-bytes is 0.
@@ -113,9 +116,12 @@ pub struct Config {
     pub metrics: String,
     pub log_level: LogLevel,
     pub log_outputs: Vec<String>,
-    pub experimental_initial_corrupt_check: bool,
+    /// --feature-gates with the --experimental-* flags that stand for gates folded in
+    /// (InitialCorruptCheck drives the start-up corruption check).
+    pub feature_gates: FeatureGates,
+    // The settings etcd 3.6 renamed hold the value of whichever spelling was given
+    // (flags::RENAMED); the field names are the 3.5 ones the server reads.
     pub experimental_corrupt_check_time: Duration,
-    pub experimental_enable_lease_checkpoint: bool,
     pub experimental_compaction_batch_limit: usize,
     pub experimental_compaction_sleep_interval: Duration,
     pub experimental_snapshot_catchup_entries: u64,
@@ -152,6 +158,49 @@ fn duration(f: &flags::FlagValues, name: &str) -> Result<Duration, ConfigError> 
 
 fn millis(f: &flags::FlagValues, name: &str) -> Result<Duration, ConfigError> {
     Ok(Duration::from_millis(num::<u64>(f, name)?))
+}
+
+fn nonzero(d: Duration, default: Duration) -> Duration {
+    if d.is_zero() { default } else { d }
+}
+
+/// The spelling of a renamed setting to read: the --experimental-* one when only it is set.
+fn current(f: &flags::FlagValues, new: &'static str) -> &'static str {
+    RENAMED
+        .iter()
+        .find(|(old, n)| *n == new && f.is_set(old))
+        .map_or(new, |(old, _)| old)
+}
+
+/// --feature-gates, then the --experimental-* flags that stand for gates, as etcd 3.6 folds
+/// them in: naming a gate both ways is an error (etcd looks for the gate's name in the
+/// flag's value, so LeaseCheckpointPersist=... also counts for LeaseCheckpoint).
+fn feature_gates(f: &flags::FlagValues) -> Result<FeatureGates, ConfigError> {
+    let mut gates = FeatureGates::default();
+    let value = f.get(FEATURE_GATES);
+    gates
+        .add(value)
+        .map_err(|e| bad(FEATURE_GATES, value, &e.to_string()))?;
+    let rendered = gates.rendered();
+    let mut from_flags = Vec::new();
+    for (flag, gate) in GATE_FLAGS {
+        if !f.is_set(flag) {
+            continue;
+        }
+        let on = boolean(f, flag)?;
+        let name = features::spec(*gate).name;
+        if rendered.contains(name) {
+            let now = gates.enabled(*gate);
+            return Err(ConfigError::Verify(format!(
+                "cannot specify both flags: --{flag}={on} and --{FEATURE_GATES}={name}={now} at the same time, please just use --{FEATURE_GATES}={name}={now}"
+            )));
+        }
+        from_flags.push((*gate, on));
+    }
+    for (gate, on) in from_flags {
+        gates.set(gate, on);
+    }
+    Ok(gates)
 }
 
 /// Parses `name1=url1,name2=url2` (etcd's --initial-cluster).
@@ -279,7 +328,7 @@ impl Config {
             ));
             quota = MAX_QUOTA_BYTES;
         }
-        let cfg = Config {
+        let mut cfg = Config {
             name,
             data_dir,
             wal_dir: Some(f.get("wal-dir"))
@@ -352,35 +401,46 @@ impl Config {
                 .split(',')
                 .map(|s| s.trim().to_string())
                 .collect(),
-            experimental_initial_corrupt_check: boolean(f, "experimental-initial-corrupt-check")?,
-            experimental_corrupt_check_time: duration(f, "experimental-corrupt-check-time")?,
-            experimental_enable_lease_checkpoint: boolean(
-                f,
-                "experimental-enable-lease-checkpoint",
-            )?,
-            experimental_compaction_batch_limit: num(f, "experimental-compaction-batch-limit")?,
-            experimental_compaction_sleep_interval: duration(
-                f,
-                "experimental-compaction-sleep-interval",
-            )?,
-            experimental_snapshot_catchup_entries: num(f, "experimental-snapshot-catchup-entries")?,
-            experimental_watch_progress_notify_interval: duration(
-                f,
-                "experimental-watch-progress-notify-interval",
-            )?,
-            experimental_warning_apply_duration: duration(
-                f,
-                "experimental-warning-apply-duration",
-            )?,
+            feature_gates: FeatureGates::default(),
+            experimental_corrupt_check_time: duration(f, current(f, "corrupt-check-time"))?,
+            // 0 means etcd's default for these three, as etcd's mvcc and watch take it.
+            experimental_compaction_batch_limit: match num(f, current(f, "compaction-batch-limit"))?
+            {
+                0 => 1000,
+                n => n,
+            },
+            experimental_compaction_sleep_interval: nonzero(
+                duration(f, current(f, "compaction-sleep-interval"))?,
+                Duration::from_millis(10),
+            ),
+            experimental_snapshot_catchup_entries: num(f, current(f, "snapshot-catchup-entries"))?,
+            experimental_watch_progress_notify_interval: nonzero(
+                duration(f, current(f, "watch-progress-notify-interval"))?,
+                Duration::from_secs(600),
+            ),
+            experimental_warning_apply_duration: duration(f, current(f, "warning-apply-duration"))?,
             force_new_cluster: boolean(f, "force-new-cluster")?,
             warnings,
         };
+        // As etcd: flag values parse first, then the gates and their --experimental-* flags
+        // are reconciled, then the cross-flag checks.
+        cfg.feature_gates = feature_gates(f)?;
+        for flag in FLAGS.iter().map(|s| s.name).filter(|n| f.is_set(n)) {
+            cfg.warnings.extend(flags::deprecation_warning(flag));
+        }
         cfg.verify(f)?;
         Ok(cfg)
     }
 
     /// The cross-flag checks etcd makes before starting.
     fn verify(&self, f: &flags::FlagValues) -> Result<(), ConfigError> {
+        for (old, new) in RENAMED {
+            if f.is_set(old) && f.is_set(new) {
+                return Err(ConfigError::Verify(format!(
+                    "cannot set --{old} and --{new} at the same time, please use --{new} only"
+                )));
+            }
+        }
         let hb = self.heartbeat_interval.as_millis();
         let et = self.election_timeout.as_millis();
         if hb == 0 {
@@ -444,6 +504,22 @@ impl Config {
             }
         }
         crate::tls::verify_config(self).map_err(ConfigError::Invalid)?;
+        let gates = &self.feature_gates;
+        if gates.enabled(Gate::LeaseCheckpointPersist) && !gates.enabled(Gate::LeaseCheckpoint) {
+            return Err(ConfigError::Verify(
+                "enabling feature gate LeaseCheckpointPersist requires enabling feature gate LeaseCheckpoint".into(),
+            ));
+        }
+        if let Some((name, why)) = gates.refused().into_iter().next() {
+            let by = GATE_FLAGS
+                .iter()
+                .find(|(flag, g)| features::spec(*g).name == name && f.is_set(flag))
+                .map(|(flag, _)| format!("--{flag}"))
+                .unwrap_or_else(|| format!("--{FEATURE_GATES}"));
+            return Err(ConfigError::Unsupported(format!(
+                "{by} turns on feature gate {name}, which etcd-rs does not support: {why}; start without it"
+            )));
+        }
         for (flag, unsupported) in [
             ("discovery", !f.get("discovery").is_empty()),
             ("discovery-srv", !f.get("discovery-srv").is_empty()),
@@ -608,5 +684,340 @@ mod tests {
         assert_eq!(c.peer_cert_allowed_cn, "peer");
         assert_eq!(c.cipher_suites.len(), 2);
         assert!(cfg(&["--cipher-suites", "TLS_RSA_WITH_AES_128_CBC_SHA"]).is_err());
+    }
+
+    fn cfg_env(args: &[&str], env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let a: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        let e: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_args(&a, &e).map(|(_, c)| c)
+    }
+
+    fn err(args: &[&str], env: &[(&str, &str)]) -> String {
+        cfg_env(args, env).unwrap_err().to_string()
+    }
+
+    /// The value each renamed setting takes in the Config, as text.
+    fn renamed_value(c: &Config, new: &str) -> String {
+        match new {
+            "corrupt-check-time" => format_go_duration(c.experimental_corrupt_check_time),
+            "compaction-batch-limit" => c.experimental_compaction_batch_limit.to_string(),
+            "compaction-sleep-interval" => {
+                format_go_duration(c.experimental_compaction_sleep_interval)
+            }
+            "watch-progress-notify-interval" => {
+                format_go_duration(c.experimental_watch_progress_notify_interval)
+            }
+            "warning-apply-duration" => format_go_duration(c.experimental_warning_apply_duration),
+            "snapshot-catchup-entries" => c.experimental_snapshot_catchup_entries.to_string(),
+            other => panic!("no field for {other}"),
+        }
+    }
+
+    #[test]
+    fn renamed_flags_take_either_spelling_but_not_both() {
+        for (old, new, value) in [
+            (
+                "experimental-corrupt-check-time",
+                "corrupt-check-time",
+                "3m0s",
+            ),
+            (
+                "experimental-compaction-batch-limit",
+                "compaction-batch-limit",
+                "77",
+            ),
+            (
+                "experimental-compaction-sleep-interval",
+                "compaction-sleep-interval",
+                "3ms",
+            ),
+            (
+                "experimental-watch-progress-notify-interval",
+                "watch-progress-notify-interval",
+                "5s",
+            ),
+            (
+                "experimental-warning-apply-duration",
+                "warning-apply-duration",
+                "2s",
+            ),
+            (
+                "experimental-snapshot-catchup-entries",
+                "snapshot-catchup-entries",
+                "123",
+            ),
+        ] {
+            assert!(RENAMED.contains(&(old, new)), "{old}");
+            let default = renamed_value(&cfg(&[]).unwrap(), new);
+            assert_ne!(
+                default, value,
+                "{new}: pick a value that is not the default"
+            );
+            for args in [
+                vec![format!("--{old}={value}")],
+                vec![format!("--{new}={value}")],
+                vec![format!("--{new}"), value.to_string()],
+            ] {
+                let a: Vec<&str> = args.iter().map(String::as_str).collect();
+                assert_eq!(renamed_value(&cfg(&a).unwrap(), new), value, "{a:?}");
+            }
+            // The environment, both spellings.
+            for var in [flags::env_name(old), flags::env_name(new)] {
+                let c = cfg_env(&[], &[(&var, value)]).unwrap();
+                assert_eq!(renamed_value(&c, new), value, "{var}");
+            }
+            let both = format!(
+                "error verifying flags, cannot set --{old} and --{new} at the same time, please use --{new} only. See 'etcd --help'."
+            );
+            let (o, n) = (format!("--{old}={value}"), format!("--{new}={value}"));
+            assert_eq!(err(&[&o, &n], &[]), both);
+            // A flag and the other spelling's variable count as both, as in etcd.
+            assert_eq!(err(&[&n], &[(&flags::env_name(old), value)]), both);
+        }
+    }
+
+    #[test]
+    fn deprecated_spellings_warn_as_etcd_3_6() {
+        let c = cfg(&[
+            "--experimental-watch-progress-notify-interval=5s",
+            "--experimental-compaction-sleep-interval=1ms",
+            "--experimental-txn-mode-write-with-shared-buffer=false",
+            "--snapshot-catchup-entries=10",
+        ])
+        .unwrap();
+        assert_eq!(
+            c.warnings,
+            [
+                "--experimental-txn-mode-write-with-shared-buffer is deprecated in v3.6 and will be decommissioned in v3.7. Use '--feature-gates=TxnModeWriteWithSharedBuffer=true' instead.",
+                "--experimental-compaction-sleep-interval is deprecated in v3.6 and will be decommissioned in v3.7. Use 'compaction-sleep-interval' instead.",
+                "--experimental-watch-progress-notify-interval is deprecated in v3.6 and will be decommissioned in v3.7. Use '--watch-progress-notify-interval' instead.",
+            ]
+        );
+        assert!(
+            cfg(&["--watch-progress-notify-interval=5s"])
+                .unwrap()
+                .warnings
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn zero_means_etcds_default() {
+        let c = cfg(&[
+            "--compaction-batch-limit=0",
+            "--compaction-sleep-interval=0",
+            "--watch-progress-notify-interval=0",
+        ])
+        .unwrap();
+        assert_eq!(c.experimental_compaction_batch_limit, 1000);
+        assert_eq!(
+            c.experimental_compaction_sleep_interval,
+            Duration::from_millis(10)
+        );
+        assert_eq!(
+            c.experimental_watch_progress_notify_interval,
+            Duration::from_secs(600)
+        );
+    }
+
+    #[test]
+    fn feature_gates_drive_and_refuse_as_documented() {
+        let on = |c: &Config| c.feature_gates.enabled(Gate::InitialCorruptCheck);
+        assert!(!on(&cfg(&[]).unwrap()));
+        assert!(on(
+            &cfg(&["--feature-gates=InitialCorruptCheck=true"]).unwrap()
+        ));
+        assert!(on(&cfg(&["--experimental-initial-corrupt-check"]).unwrap()));
+        assert!(on(&cfg_env(
+            &[],
+            &[("ETCD_FEATURE_GATES", "InitialCorruptCheck=true")]
+        )
+        .unwrap()));
+        assert!(on(&cfg_env(
+            &[],
+            &[("ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK", "true")]
+        )
+        .unwrap()));
+        // A repeated flag adds to the gates, as etcd's.
+        let c = cfg(&[
+            "--feature-gates",
+            "InitialCorruptCheck=true",
+            "--feature-gates=TxnModeWriteWithSharedBuffer=false",
+        ])
+        .unwrap();
+        assert!(on(&c) && !c.feature_gates.enabled(Gate::TxnModeWriteWithSharedBuffer));
+        // Accepted, changing nothing observable.
+        for g in [
+            "TxnModeWriteWithSharedBuffer=false",
+            "FastLeaseKeepAlive=true",
+            "CompactHashCheck=false",
+            "LeaseCheckpoint=false",
+            "AllBeta=true",
+        ] {
+            cfg(&[&format!("--feature-gates={g}")]).unwrap_or_else(|e| panic!("{g}: {e}"));
+        }
+        cfg(&["--experimental-txn-mode-write-with-shared-buffer=false"]).unwrap();
+        // Features etcd-rs does not have are refused, not ignored.
+        assert_eq!(
+            err(&["--feature-gates=CompactHashCheck=true"], &[]),
+            "--feature-gates turns on feature gate CompactHashCheck, which etcd-rs does not support: the leader's check of its followers' hashes at their compaction revisions is not implemented (--corrupt-check-time's periodic check is); start without it"
+        );
+        assert!(
+            err(&["--experimental-enable-lease-checkpoint"], &[])
+                .starts_with("--experimental-enable-lease-checkpoint turns on feature gate LeaseCheckpoint, which etcd-rs does not support: ")
+        );
+        assert!(
+            err(&["--feature-gates=AllAlpha=true"], &[])
+                .starts_with("--feature-gates turns on feature gate CompactHashCheck")
+        );
+        for g in ["SetMemberLocalAddr", "StopGRPCServiceOnDefrag"] {
+            let e = err(&[&format!("--feature-gates={g}=true")], &[]);
+            assert!(
+                e.contains(&format!("feature gate {g}, which etcd-rs does not support")),
+                "{e}"
+            );
+        }
+        // etcd's own rule comes first.
+        assert_eq!(
+            err(&["--feature-gates=LeaseCheckpointPersist=true"], &[]),
+            "error verifying flags, enabling feature gate LeaseCheckpointPersist requires enabling feature gate LeaseCheckpoint. See 'etcd --help'."
+        );
+    }
+
+    #[test]
+    fn feature_gate_errors_are_etcds() {
+        assert_eq!(
+            err(&["--feature-gates=Foo=true"], &[]),
+            "invalid value \"Foo=true\" for flag -feature-gates: unrecognized feature gate: Foo"
+        );
+        assert_eq!(
+            err(&["--feature-gates", "InitialCorruptCheck"], &[]),
+            "invalid value \"InitialCorruptCheck\" for flag -feature-gates: missing bool value for InitialCorruptCheck"
+        );
+        assert_eq!(
+            err(&[], &[("ETCD_FEATURE_GATES", "Foo=true")]),
+            "invalid value \"Foo=true\" for ETCD_FEATURE_GATES: unrecognized feature gate: Foo"
+        );
+        // The gate and its 3.5 flag together.
+        assert_eq!(
+            err(
+                &[
+                    "--experimental-initial-corrupt-check=true",
+                    "--feature-gates=InitialCorruptCheck=true"
+                ],
+                &[]
+            ),
+            "error verifying flags, cannot specify both flags: --experimental-initial-corrupt-check=true and --feature-gates=InitialCorruptCheck=true at the same time, please just use --feature-gates=InitialCorruptCheck=true. See 'etcd --help'."
+        );
+        // etcd searches the flag's value for the gate's name: LeaseCheckpointPersist counts.
+        assert!(
+            err(
+                &[
+                    "--experimental-enable-lease-checkpoint=false",
+                    "--feature-gates=LeaseCheckpointPersist=false"
+                ],
+                &[]
+            )
+            .contains("cannot specify both flags: --experimental-enable-lease-checkpoint=false and --feature-gates=LeaseCheckpoint=false")
+        );
+        assert!(
+            err(
+                &[
+                    "--feature-gates=AllAlpha=false",
+                    "--experimental-initial-corrupt-check"
+                ],
+                &[]
+            )
+            .contains("--feature-gates=InitialCorruptCheck=false at the same time")
+        );
+    }
+
+    #[test]
+    fn kubeadms_command_lines_parse() {
+        let common = [
+            "--advertise-client-urls=https://10.0.0.5:2379",
+            "--cert-file=/etc/kubernetes/pki/etcd/server.crt",
+            "--client-cert-auth=true",
+            "--data-dir=/var/lib/etcd",
+            "--initial-advertise-peer-urls=https://10.0.0.5:2380",
+            "--initial-cluster=cp1=https://10.0.0.5:2380",
+            "--key-file=/etc/kubernetes/pki/etcd/server.key",
+            "--listen-client-urls=https://127.0.0.1:2379,https://10.0.0.5:2379",
+            "--listen-metrics-urls=http://127.0.0.1:2381",
+            "--listen-peer-urls=https://10.0.0.5:2380",
+            "--name=cp1",
+            "--peer-cert-file=/etc/kubernetes/pki/etcd/peer.crt",
+            "--peer-client-cert-auth=true",
+            "--peer-key-file=/etc/kubernetes/pki/etcd/peer.key",
+            "--peer-trusted-ca-file=/etc/kubernetes/pki/etcd/ca.crt",
+            "--snapshot-count=10000",
+            "--trusted-ca-file=/etc/kubernetes/pki/etcd/ca.crt",
+        ];
+        for era in [
+            &[
+                "--feature-gates=InitialCorruptCheck=true",
+                "--watch-progress-notify-interval=5s",
+            ],
+            &[
+                "--experimental-initial-corrupt-check=true",
+                "--experimental-watch-progress-notify-interval=5s",
+            ],
+        ] {
+            let args: Vec<&str> = common.iter().chain(era.iter()).copied().collect();
+            let c = cfg(&args).unwrap();
+            assert!(c.feature_gates.enabled(Gate::InitialCorruptCheck));
+            assert_eq!(
+                c.experimental_watch_progress_notify_interval,
+                Duration::from_secs(5)
+            );
+            assert_eq!(c.snapshot_count, 10_000);
+            assert!(c.client_cert_auth && c.peer_client_cert_auth);
+            assert_eq!(c.listen_metrics_urls[0].as_str(), "http://127.0.0.1:2381");
+        }
+    }
+
+    #[test]
+    fn config_file_keys_follow_etcds_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = |yaml: &str| {
+            let p = dir.path().join("etcd.yml");
+            std::fs::write(&p, yaml).unwrap();
+            cfg(&["--config-file", p.to_str().unwrap()])
+        };
+        let c = run("feature-gates: InitialCorruptCheck=true,TxnModeWriteWithSharedBuffer=false\nwatch-progress-notify-interval: 5s\ncompaction-batch-limit: 20\n").unwrap();
+        assert!(c.feature_gates.enabled(Gate::InitialCorruptCheck));
+        assert!(!c.feature_gates.enabled(Gate::TxnModeWriteWithSharedBuffer));
+        assert_eq!(
+            c.experimental_watch_progress_notify_interval,
+            Duration::from_secs(5)
+        );
+        assert_eq!(c.experimental_compaction_batch_limit, 20);
+        // 3.5 keys, including the one whose YAML name is not its flag's.
+        let c = run("experimental-initial-corrupt-check: true\nexperimental-watch-progress-notify-interval: 7s\nexperimental-snapshot-catch-up-entries: 99\n").unwrap();
+        assert!(c.feature_gates.enabled(Gate::InitialCorruptCheck));
+        assert_eq!(
+            c.experimental_watch_progress_notify_interval,
+            Duration::from_secs(7)
+        );
+        assert_eq!(c.experimental_snapshot_catchup_entries, 99);
+        assert_eq!(
+            run("experimental-warning-apply-duration: 1s\nwarning-apply-duration: 2s\n")
+                .unwrap_err()
+                .to_string(),
+            "error verifying flags, cannot set --experimental-warning-apply-duration and --warning-apply-duration at the same time, please use --warning-apply-duration only. See 'etcd --help'."
+        );
+        assert!(
+            run("experimental-initial-corrupt-check: true\nfeature-gates: InitialCorruptCheck=true\n")
+                .unwrap_err()
+                .to_string()
+                .contains("cannot specify both flags")
+        );
+        assert_eq!(
+            run("feature-gates: Nope=true\n").unwrap_err().to_string(),
+            "invalid value \"Nope=true\" for flag -feature-gates: unrecognized feature gate: Nope"
+        );
     }
 }

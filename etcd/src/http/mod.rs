@@ -1,5 +1,6 @@
 // The HTTP/1.1 side of the client port (and of --listen-metrics-urls): /health, /readyz,
 // /livez, /version, /metrics and the grpc-gateway JSON API under /v3/, with etcd's headers.
+// The metrics listener serves /metrics and the health endpoints only.
 
 pub mod gateway;
 pub mod health;
@@ -24,7 +25,7 @@ pub type GrpcRoutes = crate::metrics::grpc::GrpcMetrics<tonic::service::Routes>;
 #[derive(Clone)]
 pub struct Ctx {
     pub server: Arc<EtcdServer>,
-    /// None on a --listen-metrics-urls listener (only /metrics and /health there).
+    /// None on a --listen-metrics-urls listener (only /metrics and the health endpoints).
     pub grpc: Option<GrpcRoutes>,
 }
 
@@ -32,12 +33,13 @@ pub struct Ctx {
 pub async fn handle(ctx: Ctx, req: Request<Body>) -> Result<Response<Body>, Infallible> {
     let path = req.uri().path().to_string();
     let Some(grpc) = ctx.grpc.clone() else {
-        // The metrics listener: etcd serves only these two there, without CORS headers.
-        return Ok(match path.as_str() {
-            "/metrics" => metrics(&ctx.server),
-            "/health" => health::health(&ctx.server, req.uri().query()).await,
-            _ => not_found(),
-        });
+        // The metrics listener: etcd 3.5 serves /metrics and the health endpoints there
+        // (kubeadm probes /livez and /readyz on it), without CORS headers.
+        if path == "/metrics" {
+            return Ok(metrics(&ctx.server));
+        }
+        let health = health::route(&ctx.server, req.method(), &path, req.uri().query()).await;
+        return Ok(health.unwrap_or_else(not_found));
     };
     let mut resp = if req.method() == Method::OPTIONS {
         // CORS preflight: etcd answers 200 with the allow headers and no body.
@@ -45,14 +47,13 @@ pub async fn handle(ctx: Ctx, req: Request<Body>) -> Result<Response<Body>, Infa
     } else {
         match path.as_str() {
             "/metrics" => metrics(&ctx.server),
-            "/health" => health::health(&ctx.server, req.uri().query()).await,
-            "/readyz" => health::readyz(&ctx.server, req.uri().query()).await,
-            "/livez" => health::livez(&ctx.server, req.uri().query()).await,
             "/version" => health::version(&ctx.server),
             p if p.starts_with("/v3/") || p.starts_with("/v3beta/") => {
                 gateway::handle(&ctx.server, grpc, req).await
             }
-            _ => not_found(),
+            p => health::route(&ctx.server, req.method(), p, req.uri().query())
+                .await
+                .unwrap_or_else(not_found),
         }
     };
     let h = resp.headers_mut();

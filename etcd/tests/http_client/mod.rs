@@ -25,6 +25,19 @@ impl HttpResponse {
 /// `url` is http://host:port; sends `method path` with `body`, reads until the server closes
 /// or `wait` passes (then returns what arrived: a stream's first lines).
 pub fn request(url: &str, method: &str, path: &str, body: &str, wait: Duration) -> HttpResponse {
+    request_until(url, method, path, body, wait, |_| false)
+}
+
+/// As `request`, but stops reading as soon as `done` holds for the body decoded so far: a
+/// test waits for what a stream must deliver without asserting how long it takes.
+pub fn request_until(
+    url: &str,
+    method: &str,
+    path: &str,
+    body: &str,
+    wait: Duration,
+    done: impl Fn(&str) -> bool,
+) -> HttpResponse {
     let host = url.trim_start_matches("http://");
     let mut s = TcpStream::connect(host).unwrap_or_else(|e| panic!("connect {host}: {e}"));
     let req = format!(
@@ -43,7 +56,12 @@ pub fn request(url: &str, method: &str, path: &str, body: &str, wait: Duration) 
         s.set_read_timeout(Some(left)).expect("set read timeout");
         match s.read(&mut buf) {
             Ok(0) => break,
-            Ok(n) => raw.extend_from_slice(&buf[..n]),
+            Ok(n) => {
+                raw.extend_from_slice(&buf[..n]);
+                if raw.windows(4).any(|w| w == b"\r\n\r\n") && done(&parse(&raw).body) {
+                    break;
+                }
+            }
             Err(e)
                 if e.kind() == std::io::ErrorKind::WouldBlock
                     || e.kind() == std::io::ErrorKind::TimedOut =>

@@ -8,6 +8,7 @@ pub mod config;
 pub mod error;
 pub mod http;
 pub mod lease;
+pub mod listener;
 pub mod logging;
 pub mod membership;
 pub mod metrics;

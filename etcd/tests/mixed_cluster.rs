@@ -434,3 +434,119 @@ fn rolling_swap_of_an_etcd_cluster_to_ours_and_back_under_writes() {
         );
     }
 }
+
+/// Starts member `name` of a unix-socket cluster in `dir` (its working directory, where the
+/// sockets live, as in etcd's own test clusters).
+fn spawn_unix(
+    bin: &str,
+    dir: &std::path::Path,
+    name: &str,
+    ports: &[(u16, u16)],
+    i: usize,
+) -> std::process::Child {
+    let ic = ports
+        .iter()
+        .enumerate()
+        .map(|(j, (_, p))| format!("u{}=unix://localhost:{p}", j + 1))
+        .collect::<Vec<_>>()
+        .join(",");
+    let (client, peer) = ports[i];
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(format!("{name}.log")))
+        .expect("open log");
+    std::process::Command::new(bin)
+        .current_dir(dir)
+        .args(["--name", name, "--data-dir", name])
+        .args([
+            "--listen-client-urls",
+            &format!("unix://localhost:{client}"),
+        ])
+        .args([
+            "--advertise-client-urls",
+            &format!("unix://localhost:{client}"),
+        ])
+        .args(["--listen-peer-urls", &format!("unix://localhost:{peer}")])
+        .args([
+            "--initial-advertise-peer-urls",
+            &format!("unix://localhost:{peer}"),
+        ])
+        .args(["--initial-cluster", &ic, "--initial-cluster-token", "ux"])
+        .args(FAST)
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn member")
+}
+
+#[test]
+fn unix_socket_urls_for_clients_and_peers_in_a_mixed_cluster() {
+    let dir = tmp();
+    let ports: Vec<(u16, u16)> = (0..3)
+        .map(|_| (support::free_port(), support::free_port()))
+        .collect();
+    let bins = [OURS, ETCD, OURS];
+    let mut children: Vec<std::process::Child> = (0..3)
+        .map(|i| spawn_unix(bins[i], dir.path(), &format!("u{}", i + 1), &ports, i))
+        .collect();
+    let etcdctl = |i: usize, args: &[&str]| {
+        std::process::Command::new("etcdctl")
+            .current_dir(dir.path())
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", &format!("unix://localhost:{}", ports[i].0)])
+            .args(["--command-timeout", "5s"])
+            .args(args)
+            .output()
+            .expect("run etcdctl")
+    };
+    let wait_healthy = |i: usize| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !etcdctl(i, &["endpoint", "health"]).status.success() {
+            assert!(Instant::now() < deadline, "member u{} not healthy", i + 1);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    for i in 0..3 {
+        wait_healthy(i);
+    }
+    assert!(etcdctl(0, &["put", "k", "v1"]).status.success());
+    let got = etcdctl(1, &["get", "k", "--print-value-only"]);
+    assert_eq!(String::from_utf8_lossy(&got.stdout).trim(), "v1");
+    let list = String::from_utf8_lossy(&etcdctl(2, &["member", "list"]).stdout).into_owned();
+    assert!(
+        list.contains(&format!("unix://localhost:{}", ports[1].1)),
+        "{list}"
+    );
+
+    // kill -9 leaves our sockets' files behind; a restart replaces them.
+    let _ = children[0].kill();
+    let _ = children[0].wait();
+    assert!(
+        dir.path()
+            .join(format!("localhost:{}", ports[0].0))
+            .exists()
+    );
+    assert!(etcdctl(1, &["put", "k", "v2"]).status.success());
+    children[0] = spawn_unix(OURS, dir.path(), "u1", &ports, 0);
+    wait_healthy(0);
+    let got = etcdctl(0, &["get", "k", "--print-value-only"]);
+    assert_eq!(String::from_utf8_lossy(&got.stdout).trim(), "v2");
+
+    // A SIGTERM removes them.
+    for c in &mut children {
+        // Safety: signalling our own child by its pid.
+        unsafe {
+            libc::kill(c.id() as i32, libc::SIGTERM);
+        }
+        let _ = c.wait();
+    }
+    for (client, peer) in [ports[0], ports[2]] {
+        for p in [client, peer] {
+            assert!(
+                !dir.path().join(format!("localhost:{p}")).exists(),
+                "socket localhost:{p} left behind"
+            );
+        }
+    }
+}

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::listener::Listener;
 use http::Request;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -13,7 +14,6 @@ use proto::etcdserverpb::{
     cluster_server::ClusterServer, kv_server::KvServer, lease_server::LeaseServer,
     maintenance_server::MaintenanceServer,
 };
-use tokio::net::TcpListener;
 use tonic::codegen::Service;
 
 use super::authority::AuthorityFix;
@@ -37,16 +37,12 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a stop waits for open connections (watch streams never end by themselves).
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// Binds every URL (http and https), failing before serving anything if one cannot be bound.
-pub async fn bind(urls: &[Url]) -> Result<Vec<(Url, TcpListener)>, String> {
+/// Binds every URL (http, https, unix, unixs), failing before serving anything if one
+/// cannot be bound.
+pub async fn bind(urls: &[Url]) -> Result<Vec<(Url, Listener)>, String> {
     let mut out = Vec::new();
     for u in urls {
-        if u.scheme != "http" && u.scheme != "https" {
-            return Err(format!(
-                "listen URL {u}: only http:// and https:// URLs are supported so far (unix sockets come later)"
-            ));
-        }
-        let l = TcpListener::bind(&u.host)
+        let l = Listener::bind(u)
             .await
             .map_err(|e| format!("cannot listen on {u}: {e}"))?;
         out.push((u.clone(), l));
@@ -99,7 +95,7 @@ pub fn grpc_routes(server: &Arc<EtcdServer>) -> GrpcRoutes {
 /// Serves the client API on `listener` until `shutdown` resolves.
 pub async fn serve(
     server: Arc<EtcdServer>,
-    listener: TcpListener,
+    listener: Listener,
     tls: Option<TlsServer>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
@@ -114,7 +110,7 @@ pub async fn serve(
 /// Serves /metrics and /health on a --listen-metrics-urls listener until `shutdown`.
 pub async fn serve_metrics(
     server: Arc<EtcdServer>,
-    listener: TcpListener,
+    listener: Listener,
     tls: Option<TlsServer>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
@@ -135,7 +131,7 @@ fn connection_builder(ctx: &Ctx) -> auto::Builder<TokioExecutor> {
 
 async fn accept_loop(
     ctx: Ctx,
-    listener: TcpListener,
+    listener: Listener,
     tls: Option<TlsServer>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
@@ -143,7 +139,7 @@ async fn accept_loop(
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {
-        let (tcp, peer) = tokio::select! {
+        let (conn, peer) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(v) => v,
                 Err(e) => {
@@ -155,17 +151,15 @@ async fn accept_loop(
             },
             _ = &mut shutdown => break,
         };
-        // Small gRPC frames must not wait for Nagle's algorithm (40 ms stalls).
-        let _ = tcp.set_nodelay(true);
         let ctx = ctx.clone();
         let tls = tls.clone();
         let builder = builder.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
             match tls {
-                None => serve_conn(ctx, &builder, watcher, tcp, None).await,
+                None => serve_conn(ctx, &builder, watcher, conn, None).await,
                 Some(tls) => {
-                    let accepted = tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(tcp)).await;
+                    let accepted = tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(conn)).await;
                     match accepted {
                         Ok(Ok((stream, cn))) => {
                             serve_conn(ctx, &builder, watcher, stream, cn).await

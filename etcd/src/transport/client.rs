@@ -11,12 +11,13 @@ use http_body_util::{BodyExt, Full, combinators::BoxBody};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpStream;
+use tokio::net::{TcpStream, UnixStream};
 
 use super::wire::{
     H_CLUSTER_ID, H_MIN_CLUSTER_VERSION, H_PEER_URLS, H_SERVER_FROM, H_SERVER_VERSION,
     MIN_CLUSTER_VERSION, id_path,
 };
+use crate::listener::Conn;
 
 /// A request or response body.
 pub type Body = BoxBody<Bytes, std::io::Error>;
@@ -67,11 +68,15 @@ pub struct PeerHttp {
 }
 
 /// `host:port` and whether TLS is needed, from `http://host:port` or `https://host:port`.
-fn split_url(url: &str) -> Result<(bool, String), DialError> {
-    let (tls, rest) = if let Some(r) = url.strip_prefix("https://") {
-        (true, r)
+fn split_url(url: &str) -> Result<(bool, bool, String), DialError> {
+    let (tls, unix, rest) = if let Some(r) = url.strip_prefix("https://") {
+        (true, false, r)
     } else if let Some(r) = url.strip_prefix("http://") {
-        (false, r)
+        (false, false, r)
+    } else if let Some(r) = url.strip_prefix("unixs://") {
+        (true, true, r)
+    } else if let Some(r) = url.strip_prefix("unix://") {
+        (false, true, r)
     } else {
         return Err(DialError::BadUrl(url.to_string()));
     };
@@ -79,15 +84,18 @@ fn split_url(url: &str) -> Result<(bool, String), DialError> {
     if host.is_empty() {
         return Err(DialError::BadUrl(url.to_string()));
     }
-    let host = if host
-        .rsplit_once(':')
-        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+    // A unix socket's "host" is its path (etcd: unix://localhost:PORT is the file
+    // "localhost:PORT" in the working directory).
+    let host = if unix
+        || host
+            .rsplit_once(':')
+            .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
     {
         host.to_string()
     } else {
         format!("{host}:{}", if tls { 443 } else { 80 })
     };
-    Ok((tls, host))
+    Ok((tls, unix, host))
 }
 
 impl PeerHttp {
@@ -100,17 +108,21 @@ impl PeerHttp {
     }
 
     async fn dial(&self, url: &str) -> Result<Box<dyn Stream>, DialError> {
-        let (tls, host) = split_url(url)?;
+        let (tls, unix, host) = split_url(url)?;
         let dial = async {
-            let tcp = TcpStream::connect(&host)
-                .await
-                .map_err(|source| DialError::Dial {
-                    url: url.to_string(),
-                    source,
-                })?;
-            let _ = tcp.set_nodelay(true);
+            let dial_err = |source| DialError::Dial {
+                url: url.to_string(),
+                source,
+            };
+            let conn = if unix {
+                Conn::Unix(UnixStream::connect(&host).await.map_err(dial_err)?)
+            } else {
+                let tcp = TcpStream::connect(&host).await.map_err(dial_err)?;
+                let _ = tcp.set_nodelay(true);
+                Conn::Tcp(tcp)
+            };
             if !tls {
-                return Ok::<Box<dyn Stream>, DialError>(Box::new(tcp));
+                return Ok::<Box<dyn Stream>, DialError>(Box::new(conn));
             }
             let cfg = self
                 .tls
@@ -124,7 +136,7 @@ impl PeerHttp {
                     source: std::io::Error::other(e.to_string()),
                 })?;
             let s = tokio_rustls::TlsConnector::from(cfg)
-                .connect(server_name, tcp)
+                .connect(server_name, conn)
                 .await
                 .map_err(|source| DialError::Dial {
                     url: url.to_string(),
@@ -158,7 +170,7 @@ impl PeerHttp {
         base: &str,
         mut req: http::Request<Body>,
     ) -> Result<http::Response<hyper::body::Incoming>, DialError> {
-        let (_, host) = split_url(base)?;
+        let (_, _, host) = split_url(base)?;
         if let Ok(v) = http::HeaderValue::from_str(&host) {
             req.headers_mut().insert(http::header::HOST, v);
         }

@@ -5,6 +5,7 @@
 // HTTP/1.1 only, plain or TLS (--peer-* flags); every error is Go's plain-text error.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, StatusCode};
@@ -16,7 +17,6 @@ use proto::etcdserverpb::{
     LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseTimeToLiveResponse, ResponseHeader,
 };
 use proto::raftpb::Message;
-use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 use super::client::{self, Body};
@@ -25,10 +25,13 @@ use super::wire::{
     H_CLUSTER_ID, H_MIN_CLUSTER_VERSION, H_RAFT_TO, H_SERVER_FROM, H_SERVER_VERSION, id_path,
 };
 use crate::error;
+use crate::listener::Listener;
 use crate::membership::{Member, id_hex};
 use crate::server::EtcdServer;
 
 /// Request bodies read whole (raft messages, lease and hash requests) stop here.
+/// How long a peer's TLS handshake may take.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 const MAX_BODY: usize = 64 << 20;
 /// Lease and hash requests are small.
 const MAX_SMALL_BODY: usize = 64 << 10;
@@ -520,15 +523,10 @@ fn chrono_like_now() -> String {
 }
 
 /// Binds every peer URL before anything is written (a port in use is an error at start).
-pub async fn bind(urls: &[crate::config::Url]) -> Result<Vec<TcpListener>, String> {
+pub async fn bind(urls: &[crate::config::Url]) -> Result<Vec<Listener>, String> {
     let mut out = Vec::new();
     for u in urls {
-        if u.scheme != "http" && u.scheme != "https" {
-            return Err(format!(
-                "listen peer URL {u}: the scheme must be http or https"
-            ));
-        }
-        let l = TcpListener::bind(&u.host)
+        let l = Listener::bind(u)
             .await
             .map_err(|e| format!("cannot listen on peer URL {u}: {e}"))?;
         out.push(l);
@@ -553,41 +551,39 @@ where
 /// Serves the peer port on `listener` (over TLS with `tls`) until `shutdown` resolves.
 pub async fn serve(
     server: Arc<EtcdServer>,
-    listener: TcpListener,
+    listener: Listener,
     tls: Option<crate::tls::TlsServer>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {
     tokio::pin!(shutdown);
-    match tls {
-        Some(tls) => {
-            let mut incoming = super::peer_tls::incoming(listener, tls);
-            loop {
-                use tokio_stream::StreamExt;
-                tokio::select! {
-                    _ = &mut shutdown => return Ok(()),
-                    c = incoming.next() => match c {
-                        Some(Ok(conn)) => { tokio::spawn(serve_conn(server.clone(), conn.0)); }
-                        Some(Err(_)) => {}
-                        None => return Ok(()),
-                    },
+    loop {
+        let (conn, remote) = tokio::select! {
+            _ = &mut shutdown => return Ok(()),
+            c = listener.accept() => match c {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(error = %e, "peer listener accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let server = server.clone();
+        let Some(tls) = tls.clone() else {
+            tokio::spawn(serve_conn(server, conn));
+            continue;
+        };
+        tokio::spawn(async move {
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(conn)).await {
+                Ok(Ok((s, _))) => serve_conn(server, s).await,
+                Ok(Err(e)) => {
+                    tracing::warn!(remote = %remote, error = %e, "rejected peer connection")
+                }
+                Err(_) => {
+                    tracing::warn!(remote = %remote, "rejected peer connection: TLS handshake timed out")
                 }
             }
-        }
-        None => loop {
-            tokio::select! {
-                _ = &mut shutdown => return Ok(()),
-                c = listener.accept() => match c {
-                    Ok((tcp, _)) => {
-                        let _ = tcp.set_nodelay(true);
-                        tokio::spawn(serve_conn(server.clone(), tcp));
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "peer listener accept failed");
-                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    }
-                },
-            }
-        },
+        });
     }
 }
 

@@ -157,6 +157,9 @@ fn run(cfg: Config) -> Result<(), String> {
             }
             f = server.wait_failed() => Some(f),
         };
+        if failed.is_none() {
+            server.transfer_leadership_on_stop().await;
+        }
         let _ = stop_tx.send(());
         // Peers and watchers hold streams open forever: give in-flight requests a moment to
         // finish, then close the listeners regardless.

@@ -715,3 +715,26 @@ fn five_members_survive_the_loss_of_two() {
     let list = c.nodes[0].etcdctl_ok(&["member", "list"]);
     assert_eq!(list.lines().count(), 5, "{list}");
 }
+
+#[test]
+fn a_leader_stopped_gracefully_hands_over_leadership_first() {
+    let dir = tmp();
+    let mut c = Cluster::start(OURS, dir.path(), 3, false, FAST);
+    let l = c.leader(Duration::from_secs(10));
+    c.nodes[l].stop();
+    let log = std::fs::read_to_string(c.nodes[l].log_path()).unwrap_or_default();
+    assert!(
+        log.contains("leadership transfer finished"),
+        "{}",
+        c.nodes[l].log_tail(20)
+    );
+    // The next leader was asked to take over; no member had to time out an election.
+    let next = c.leader(Duration::from_secs(5));
+    assert_ne!(next, l);
+    let log = std::fs::read_to_string(c.nodes[next].log_path()).unwrap_or_default();
+    assert!(
+        log.contains("received MsgTimeoutNow from"),
+        "{}",
+        c.nodes[next].log_tail(20)
+    );
+}

@@ -621,6 +621,10 @@ impl<S: Storage> Raft<S> {
                     );
                     return Ok(());
                 }
+                info!(
+                    "{:x} [term {}] received MsgTimeoutNow from {:x} and starts an election to get leadership.",
+                    self.id, self.term, m.from
+                );
                 // The leader asked us to take over: no pre-vote, we know it is not a partition.
                 self.hup(CampaignKind::Transfer);
             }

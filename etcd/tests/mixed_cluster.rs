@@ -174,6 +174,30 @@ fn etcd_and_ours_lead_each_other_and_forward_leases() {
     let ttl = c.nodes[2].etcdctl_ok(&["lease", "timetolive", &lease, "--keys"]);
     assert!(ttl.contains("attached keys([leased])"), "{ttl}");
 
+    // A user added through our member can log in on an etcd 3.4 member: below cluster
+    // version 3.5 the password travels as etcd 3.4 proposes it.
+    c.nodes[2].etcdctl_ok(&["user", "add", "root:rootpw"]);
+    c.nodes[2].etcdctl_ok(&["auth", "enable"]);
+    for m in &c.nodes {
+        m.etcdctl_ok(&["--user", "root:rootpw", "get", "leased"]);
+        let bad = m.etcdctl(&["--user", "root:wrong", "get", "leased"]);
+        assert!(
+            String::from_utf8_lossy(&bad.stderr).contains("authentication failed"),
+            "{}",
+            String::from_utf8_lossy(&bad.stderr)
+        );
+    }
+    // And the reverse: a user etcd 3.4 added logs in on ours (bob has no role, so his read
+    // is refused for permission, not for his password).
+    c.nodes[0].etcdctl_ok(&["--user", "root:rootpw", "user", "add", "bob:bobpw"]);
+    let bob = c.nodes[2].etcdctl(&["--user", "bob:bobpw", "get", "leased"]);
+    assert!(
+        String::from_utf8_lossy(&bob.stderr).contains("permission denied"),
+        "{}",
+        String::from_utf8_lossy(&bob.stderr)
+    );
+    c.nodes[0].etcdctl_ok(&["--user", "root:rootpw", "auth", "disable"]);
+
     // kill -9 of our member while it leads: an etcd member takes over, ours comes back.
     move_leader(&c, 2);
     c.nodes[2].kill9();

@@ -184,6 +184,16 @@ macro_rules! answer {
     }};
 }
 
+impl AuthService {
+    /// etcd 3.5 hashes a new password before proposing it (hashed_password); etcd 3.4
+    /// proposes it plain and every member hashes it when applying, and knows no
+    /// hashed_password. Below cluster version 3.5 an etcd 3.4 member may apply the entry, so
+    /// it is proposed as 3.4 proposes it.
+    fn hashes_before_proposing(&self) -> bool {
+        crate::server::cluster_version::at_least(&self.server.cluster_version(), (3, 5))
+    }
+}
+
 #[tonic::async_trait]
 impl Auth for AuthService {
     async fn auth_enable(
@@ -275,7 +285,7 @@ impl Auth for AuthService {
             .options
             .as_ref()
             .is_some_and(|o| o.no_password);
-        if !no_password {
+        if !no_password && self.hashes_before_proposing() {
             let pw = std::mem::take(&mut request.get_mut().password);
             request.get_mut().hashed_password =
                 hash_password(pw, self.server.auth().bcrypt_cost()).await?;
@@ -308,9 +318,11 @@ impl Auth for AuthService {
         &self,
         mut request: Request<AuthUserChangePasswordRequest>,
     ) -> Result<Response<AuthUserChangePasswordResponse>, Status> {
-        let pw = std::mem::take(&mut request.get_mut().password);
-        request.get_mut().hashed_password =
-            hash_password(pw, self.server.auth().bcrypt_cost()).await?;
+        if self.hashes_before_proposing() {
+            let pw = std::mem::take(&mut request.get_mut().password);
+            request.get_mut().hashed_password =
+                hash_password(pw, self.server.auth().bcrypt_cost()).await?;
+        }
         answer!(self, request, auth_user_change_password, UserChangePassword)
     }
 

@@ -397,11 +397,18 @@ fn ours_joins_an_etcd_cluster_and_etcd_joins_ours_as_learners() {
 }
 
 /// Replaces member i's binary in place: SIGTERM, then the other binary on the same data dir
-/// with the same flags, as an operator swaps a member during a rolling upgrade.
-fn swap(c: &mut Cluster, i: usize, bin: &str) {
+/// with the same flags, as an operator swaps a member during a rolling upgrade. Then the
+/// swapped member is made the leader, so each kind leads in turn, and every member must hold
+/// every write acknowledged so far and hash equally.
+fn swap(c: &mut Cluster, i: usize, bin: &str, writer: &Writer) {
     c.nodes[i].stop();
     c.nodes[i].spawn(bin);
     c.nodes[i].wait_healthy(Duration::from_secs(30));
+    move_leader(c, i);
+    let acked = writer.acked_so_far();
+    for m in &c.nodes {
+        assert_all_present(m, "w/", &acked);
+    }
     let running: Vec<&Node> = c.nodes.iter().collect();
     assert_hash_equal(&running);
 }
@@ -418,22 +425,22 @@ fn rolling_swap_of_an_etcd_cluster_to_ours_and_back_under_writes() {
     std::thread::sleep(Duration::from_millis(500));
     // Two of three swapped to ours, then back to etcd: the cluster stays at version 3.4
     // while an etcd member remains.
-    swap(&mut c, 0, OURS);
-    swap(&mut c, 1, OURS);
-    swap(&mut c, 0, ETCD);
-    swap(&mut c, 1, ETCD);
+    swap(&mut c, 0, OURS, &writer);
+    swap(&mut c, 1, OURS, &writer);
+    swap(&mut c, 0, ETCD, &writer);
+    swap(&mut c, 1, ETCD, &writer);
     // Then all three to ours: the cluster version becomes ours (3.5), as after an upgrade to
     // etcd 3.5.
     for i in 0..3 {
-        swap(&mut c, i, OURS);
+        swap(&mut c, i, OURS, &writer);
     }
     wait_cluster_version(&c.nodes[0], "3.5.0");
     // And all three back: an etcd 3.4 member starts on a dir of ours (whose snapshots and log
     // hold nothing it cannot apply), and our leader lowers the cluster version to 3.4 for it.
-    swap(&mut c, 0, ETCD);
+    swap(&mut c, 0, ETCD, &writer);
     wait_cluster_version(&c.nodes[1], "3.4.0");
-    swap(&mut c, 1, ETCD);
-    swap(&mut c, 2, ETCD);
+    swap(&mut c, 1, ETCD, &writer);
+    swap(&mut c, 2, ETCD, &writer);
     for m in &c.nodes {
         wait_cluster_version(m, "3.4.0");
     }
@@ -573,4 +580,44 @@ fn unix_socket_urls_for_clients_and_peers_in_a_mixed_cluster() {
             );
         }
     }
+}
+
+#[test]
+fn two_of_ours_and_one_etcd_agree_on_the_version_and_survive_kills_of_either_leader() {
+    let dir = tmp();
+    let mut c = start_mixed(dir.path(), &[OURS, ETCD, OURS], FAST);
+    let writer = Writer::start_many(
+        c.nodes.iter().map(|m| m.client_url.clone()).collect(),
+        "w/",
+        4,
+    );
+    // All three report the lowest member's version, and ours export it as etcd does.
+    for m in &c.nodes {
+        wait_cluster_version(m, "3.4.0");
+    }
+    for i in [0, 2] {
+        assert!(
+            http_get(&c.nodes[i], "/metrics")
+                .contains("etcd_cluster_version{cluster_version=\"3.4\"} 1")
+        );
+    }
+    // kill -9 of the etcd member while it leads, then of ours while it leads.
+    for (i, bin) in [(1, ETCD), (0, OURS)] {
+        move_leader(&c, i);
+        c.nodes[i].kill9();
+        assert_ne!(c.leader(Duration::from_secs(10)), i);
+        c.nodes[i].spawn(bin);
+        c.nodes[i].wait_healthy(Duration::from_secs(30));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let acked = writer.finish();
+    assert!(
+        acked.len() > 100,
+        "only {} writes acknowledged",
+        acked.len()
+    );
+    for m in &c.nodes {
+        assert_all_present(m, "w/", &acked);
+    }
+    assert_hash_equal(&c.nodes.iter().collect::<Vec<_>>());
 }

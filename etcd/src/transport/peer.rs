@@ -250,10 +250,17 @@ async fn read_stream(
 ) {
     let flag = &reading[kind as usize];
     let mut last_refusal = String::new();
+    // Whether "established" was logged for a connection that keeps failing the same way
+    // after it is made (a peer sending garbage): logged once, not every 100 ms.
+    let mut announced = false;
     loop {
         let urls_now = urls.read().unwrap_or_else(|e| e.into_inner()).clone();
         for url in &urls_now {
-            match read_once(id, kind, url, &ctx, flag).await {
+            let result = read_once(id, kind, url, &ctx, flag, &mut announced).await;
+            if !flag.load(Ordering::Relaxed) {
+                announced = false;
+            }
+            match result {
                 Ok(()) => last_refusal.clear(),
                 Err(Refused::Removed) => {
                     tracing::warn!(remote_peer_id = %id_hex(id), "{}", super::REMOVED_MESSAGE);
@@ -289,6 +296,7 @@ async fn read_once(
     url: &str,
     ctx: &PeerCtx,
     flag: &AtomicBool,
+    announced: &mut bool,
 ) -> Result<(), Refused> {
     let mut send = ctx
         .http
@@ -327,7 +335,10 @@ async fn read_once(
         return Err(Refused::Retry(format!("{status}: {text}")));
     }
     flag.store(true, Ordering::Relaxed);
-    tracing::info!(remote_peer_id = %id_hex(id), stream_type = kind.path_part(), "established TCP streaming connection with remote peer");
+    if !*announced {
+        tracing::info!(remote_peer_id = %id_hex(id), stream_type = kind.path_part(), "established TCP streaming connection with remote peer");
+        *announced = true;
+    }
     let mut body = resp.into_body();
     let mut frames = FrameDecoder::default();
     let mut apps = MsgAppDecoder::new(ctx.me.member_id, id);

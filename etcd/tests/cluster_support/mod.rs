@@ -505,6 +505,11 @@ impl Writer {
         self.acked.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
+    /// The keys acknowledged so far (the writer goes on).
+    pub fn acked_so_far(&self) -> Vec<String> {
+        self.acked.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// Stops writing; the keys whose writes were acknowledged.
     pub fn finish(mut self) -> Vec<String> {
         self.stop.store(true, Ordering::SeqCst);

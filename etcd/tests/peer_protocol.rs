@@ -1,0 +1,242 @@
+// Bad peers on our peer port: another cluster, an incompatible version, a removed member,
+// garbage bodies and streams, oversized and truncated bodies; each refused as etcd refuses it.
+
+#[path = "../../common/tests/support/mod.rs"]
+mod support;
+
+#[path = "cluster_support/mod.rs"]
+mod cluster_support;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use cluster_support::{Cluster, Node};
+
+const OURS: &str = env!("CARGO_BIN_EXE_etcd");
+const FAST: &[&str] = &["--heartbeat-interval", "50", "--election-timeout", "500"];
+
+/// (status, body) of a curl request to `url` with `headers`, sending `body_file` if given.
+fn curl(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body_file: Option<&std::path::Path>,
+) -> (u16, String) {
+    let mut cmd = Command::new("curl");
+    cmd.args([
+        "-sS",
+        "--max-time",
+        "10",
+        "-X",
+        method,
+        "-o",
+        "-",
+        "-w",
+        "\n%{http_code}",
+    ]);
+    for (k, v) in headers {
+        cmd.args(["-H", &format!("{k}: {v}")]);
+    }
+    if let Some(f) = body_file {
+        cmd.args(["-H", "Content-Type: application/protobuf"]);
+        cmd.arg("--data-binary").arg(format!("@{}", f.display()));
+    }
+    let out = cmd.arg(url).output().expect("run curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+/// The member's cluster and member IDs in hex, from `endpoint status`.
+fn ids(m: &Node) -> (String, String) {
+    let out = m.etcdctl_ok(&["endpoint", "status", "-w", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("status JSON");
+    let h = &v[0]["Status"]["header"];
+    (
+        format!("{:x}", h["cluster_id"].as_u64().unwrap_or(0)),
+        format!("{:x}", h["member_id"].as_u64().unwrap_or(0)),
+    )
+}
+
+fn log_count(m: &Node, needle: &str) -> usize {
+    std::fs::read_to_string(m.log_path())
+        .unwrap_or_default()
+        .matches(needle)
+        .count()
+}
+
+#[test]
+fn requests_from_another_cluster_a_bad_version_or_with_bad_bodies_are_refused() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let c = Cluster::start(OURS, dir.path(), 1, false, FAST);
+    let m = &c.nodes[0];
+    let (cid, mid) = ids(m);
+    let peer = &m.listen_peer;
+    let good = [
+        ("X-Etcd-Cluster-ID", cid.as_str()),
+        ("X-Server-Version", "3.4.23"),
+        ("X-Server-From", "1"),
+        ("X-Raft-To", mid.as_str()),
+    ];
+
+    // Another cluster: 412, as etcd answers.
+    let other = [
+        ("X-Etcd-Cluster-ID", "deadbeef"),
+        ("X-Server-Version", "3.4.23"),
+    ];
+    let empty = dir.path().join("empty");
+    std::fs::write(&empty, b"").expect("write");
+    assert_eq!(
+        curl("POST", &format!("{peer}/raft"), &other, Some(&empty)),
+        (412, "cluster ID mismatch\n".to_string())
+    );
+    assert_eq!(
+        curl(
+            "GET",
+            &format!("{peer}/raft/stream/message/1"),
+            &other,
+            None
+        )
+        .0,
+        412
+    );
+    // A version etcd 3.x would not talk to.
+    let old = [
+        ("X-Etcd-Cluster-ID", cid.as_str()),
+        ("X-Server-Version", "2.3.8"),
+    ];
+    assert_eq!(
+        curl("POST", &format!("{peer}/raft"), &old, Some(&empty)),
+        (412, "incompatible version\n".to_string())
+    );
+    // Garbage where a raft message should be.
+    let garbage = dir.path().join("garbage");
+    std::fs::write(&garbage, [0xffu8; 300]).expect("write");
+    assert_eq!(
+        curl("POST", &format!("{peer}/raft"), &good, Some(&garbage)),
+        (400, "error unmarshalling raft message\n".to_string())
+    );
+    // A snapshot whose message frame is garbage, and one cut short.
+    let (code, _) = curl(
+        "POST",
+        &format!("{peer}/raft/snapshot"),
+        &good,
+        Some(&garbage),
+    );
+    assert_eq!(code / 100, 4, "garbage snapshot answered {code}");
+    let short = dir.path().join("short");
+    std::fs::write(&short, 1000u64.to_be_bytes()).expect("write");
+    let (code, _) = curl(
+        "POST",
+        &format!("{peer}/raft/snapshot"),
+        &good,
+        Some(&short),
+    );
+    assert_eq!(code / 100, 4, "truncated snapshot answered {code}");
+    // No half-received db is left behind.
+    let snap = m.data_dir.join("member").join("snap");
+    let leftovers: Vec<_> = std::fs::read_dir(&snap)
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(
+        leftovers
+            .iter()
+            .all(|n| !n.to_string_lossy().ends_with(".snap.db")),
+        "{leftovers:?}"
+    );
+    // An oversized lease renewal is refused without reading it all.
+    let big = dir.path().join("big");
+    std::fs::write(&big, vec![0u8; 8 << 20]).expect("write");
+    assert_eq!(
+        curl("POST", &format!("{peer}/leases"), &[], Some(&big)),
+        (400, "error reading request\n".to_string())
+    );
+    // A stream from a member this cluster does not have.
+    assert_eq!(
+        curl("GET", &format!("{peer}/raft/stream/msgapp/1"), &good, None),
+        (404, "error sender not found\n".to_string())
+    );
+
+    // The member serves on, and said why it refused each.
+    m.etcdctl_ok(&["put", "still", "here"]);
+    assert!(log_count(m, "request cluster ID mismatch") >= 1);
+    assert!(log_count(m, "failed to check version compatibility") >= 1);
+}
+
+/// A peer that answers every request with 200 and a body of garbage, forever.
+fn garbage_peer() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", l.local_addr().expect("addr"));
+    let served = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = served.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
+                let _ = s.read(&mut buf);
+                let _ = s.write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: 64\r\n\r\n",
+                );
+                let _ = s.write_all(&[0xab; 64]);
+                std::thread::sleep(Duration::from_millis(100));
+            });
+        }
+    });
+    (url, served)
+}
+
+#[test]
+fn a_removed_member_and_a_peer_streaming_garbage_are_refused_and_logged_once() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let c = Cluster::start(OURS, dir.path(), 1, false, FAST);
+    let m = &c.nodes[0];
+    let (cid, mid) = ids(m);
+
+    // A learner whose peer URL answers garbage: our member keeps dialing it and serves on.
+    let (url, served) = garbage_peer();
+    let added = m.etcdctl_ok(&[
+        "member",
+        "add",
+        "junk",
+        "--learner",
+        &format!("--peer-urls={url}"),
+    ]);
+    let id = added
+        .split_whitespace()
+        .find(|w| w.len() >= 8 && w.chars().all(|c| c.is_ascii_hexdigit()))
+        .expect("member id")
+        .to_string();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while served.load(std::sync::atomic::Ordering::SeqCst) < 20 {
+        assert!(
+            Instant::now() < deadline,
+            "our member stopped dialing the peer"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    m.etcdctl_ok(&["put", "k", "v"]);
+    let established = log_count(m, "established TCP streaming connection");
+    assert!(established <= 2, "logged {established} times");
+
+    // Removed: its streams are refused with 410 Gone, as etcd answers a removed member.
+    m.etcdctl_ok(&["member", "remove", &id]);
+    let h = [
+        ("X-Etcd-Cluster-ID", cid.as_str()),
+        ("X-Server-Version", "3.4.23"),
+        ("X-Server-From", id.as_str()),
+        ("X-Raft-To", mid.as_str()),
+    ];
+    let (code, body) = curl(
+        "GET",
+        &format!("{}/raft/stream/message/{id}", m.listen_peer),
+        &h,
+        None,
+    );
+    assert_eq!((code, body.as_str()), (410, "removed member\n"));
+    m.etcdctl_ok(&["put", "k", "v2"]);
+}

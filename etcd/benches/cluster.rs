@@ -8,7 +8,8 @@
 // sends everything to the leader instead. Server CPU is summed over the three members, peak
 // RSS too; the db size is the largest member's. The raft term before and after the compaction
 // shows whether it cost the cluster its leader. Last, leader failover time (kill -9 of the
-// leader → first write acknowledged by another member).
+// leader → first write acknowledged by another member). BENCH_MIXED=1 makes the second
+// cluster a mixed one (ours leading two etcd 3.4 members).
 //
 // Run: scripts/bench.sh cluster   (needs Debian's etcd-server: scripts/deps.sh)
 // Sizes: the same BENCH_* variables as benches/server.rs.
@@ -72,14 +73,39 @@ async fn failover(c: &mut cluster_support::Cluster) -> f64 {
     }
 }
 
+/// Moves leadership to member `to` (etcdctl move-leader on the leader).
+fn lead(c: &cluster_support::Cluster, to: usize) {
+    let id = c.member_id_hex(&c.nodes[to].name);
+    for _ in 0..50 {
+        let l = c.leader(Duration::from_secs(10));
+        if l == to {
+            return;
+        }
+        let _ = c.nodes[l].etcdctl(&["move-leader", &id]);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    panic!("leadership never moved to {}", c.nodes[to].name);
+}
+
 fn main() {
     let cfg = load::Config::from_env();
     let at_leader = std::env::var("BENCH_AT_LEADER").is_ok_and(|v| v == "1");
     let tmp = tempfile::tempdir().expect("temp dir");
     let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
+    // BENCH_MIXED=1: the second cluster is etcd 3.4 with one member of ours (which leads),
+    // to show what joining ours does to an etcd cluster.
+    let mixed = std::env::var("BENCH_MIXED").is_ok_and(|v| v == "1");
     let mut clusters = load::SERVERS.map(|(name, bin)| {
-        cfg.runs(name)
-            .then(|| cluster_support::Cluster::start(bin, &tmp.path().join(name), 3, false, &[]))
+        cfg.runs(name).then(|| {
+            let dir = tmp.path().join(name);
+            if mixed && bin != "etcd" {
+                let c = cluster_support::Cluster::start_bins(&[bin, "etcd", "etcd"], &dir, &[]);
+                lead(&c, 0);
+                c
+            } else {
+                cluster_support::Cluster::start(bin, &dir, 3, false, &[])
+            }
+        })
     });
     let targets = std::array::from_fn(|i| {
         let c = clusters[i].as_ref()?;
@@ -115,8 +141,13 @@ fn main() {
     } else {
         "clients round robin over the members"
     };
+    let second = if mixed {
+        "; the 'ours' column is etcd 3.4 ×2 + ours ×1 leading"
+    } else {
+        ""
+    };
     table.print(&format!(
-        "3-member cluster benchmark: {}s per timed load, 256-byte values, {spread}",
+        "3-member cluster benchmark: {}s per timed load, 256-byte values, {spread}{second}",
         cfg.secs
     ));
 }

@@ -9,7 +9,7 @@ mod cluster_support;
 
 use std::time::{Duration, Instant};
 
-use cluster_support::{Cluster, Node, Writer, assert_all_present, members};
+use cluster_support::{Cluster, Node, Writer, assert_all_present};
 
 const OURS: &str = env!("CARGO_BIN_EXE_etcd");
 /// etcd 3.4 from Debian's etcd-server (scripts/deps.sh installs it).
@@ -23,17 +23,7 @@ fn tmp() -> tempfile::TempDir {
 
 /// Starts a cluster whose member i runs `bins[i]`.
 fn start_mixed(dir: &std::path::Path, bins: &[&str], extra: &[&str]) -> Cluster {
-    let mut nodes = members(dir, bins.len(), false, extra, |_| {});
-    for (m, bin) in nodes.iter_mut().zip(bins) {
-        m.spawn(bin);
-    }
-    for m in &mut nodes {
-        m.wait_healthy(Duration::from_secs(30));
-    }
-    Cluster {
-        bin: OURS.to_string(),
-        nodes,
-    }
+    Cluster::start_bins(bins, dir, extra)
 }
 
 fn json(out: &str) -> serde_json::Value {

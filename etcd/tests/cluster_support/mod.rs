@@ -391,6 +391,22 @@ impl Cluster {
         }
     }
 
+    /// Starts a cluster whose member i runs `bins[i]` (etcd 3.4 and ours mixed), with
+    /// `extra` flags, and waits until all are healthy.
+    pub fn start_bins(bins: &[&str], dir: &Path, extra: &[&str]) -> Cluster {
+        let mut nodes = members(dir, bins.len(), false, extra, |_| {});
+        for (m, bin) in nodes.iter_mut().zip(bins) {
+            m.spawn(bin);
+        }
+        for m in &mut nodes {
+            m.wait_healthy(Duration::from_secs(30));
+        }
+        Cluster {
+            bin: bins.first().copied().unwrap_or_default().to_string(),
+            nodes,
+        }
+    }
+
     /// Every client URL, comma separated (for etcdctl --endpoints).
     pub fn endpoints(&self) -> String {
         self.nodes

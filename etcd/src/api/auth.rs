@@ -251,12 +251,18 @@ impl Auth for AuthService {
                     return Err(e.into());
                 }
             };
+            let Some(simple_token) = self.server.auth().tokens().gen_prefix() else {
+                tracing::error!("the OS gave no randomness for an auth token");
+                return Err(Status::internal(
+                    "etcdserver: cannot generate an auth token: no OS randomness",
+                ));
+            };
             // The password is checked here and never proposed: it must not reach the WAL.
             let req = InternalRaftRequest {
                 authenticate: Some(InternalAuthenticateRequest {
                     name: r.name.clone(),
                     password: String::new(),
-                    simple_token: self.server.auth().tokens().gen_prefix(),
+                    simple_token,
                 }),
                 ..Default::default()
             };

@@ -37,11 +37,12 @@ impl TokenProvider {
         }
     }
 
-    /// The random part a member puts in a simple token before proposing Authenticate.
-    pub fn gen_prefix(&self) -> String {
+    /// The random part a member puts in a simple token before proposing Authenticate; None
+    /// when the OS gives no randomness (no token is better than a guessable one).
+    pub fn gen_prefix(&self) -> Option<String> {
         match self {
             TokenProvider::Simple(_) => random_letters(SIMPLE_TOKEN_LENGTH),
-            TokenProvider::Jwt(_) => String::new(),
+            TokenProvider::Jwt(_) => Some(String::new()),
         }
     }
 
@@ -138,22 +139,16 @@ fn der(tag: u8, content: &[u8]) -> Vec<u8> {
     out
 }
 
-fn random_letters(n: usize) -> String {
+fn random_letters(n: usize) -> Option<String> {
     const LETTERS: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
     let mut buf = vec![0u8; n];
-    if getrandom::fill(&mut buf).is_err() {
-        // No OS randomness: fall back to the clock, still unique per call with the index.
-        let t = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        for (i, b) in buf.iter_mut().enumerate() {
-            *b = (t >> (i % 16 * 8)) as u8 ^ i as u8;
-        }
-    }
-    buf.iter()
-        .map(|b| LETTERS[*b as usize % LETTERS.len()] as char)
-        .collect()
+    // A token must never be guessable: without OS randomness there is no token at all.
+    getrandom::fill(&mut buf).ok()?;
+    Some(
+        buf.iter()
+            .map(|b| LETTERS[*b as usize % LETTERS.len()] as char)
+            .collect(),
+    )
 }
 
 /// Simple tokens: token → (user, deadline). A use renews the deadline, as etcd's keeper does.
@@ -334,7 +329,7 @@ mod tests {
     #[test]
     fn simple_tokens_name_their_user_until_invalidated() {
         let p = TokenProvider::from_flag("simple", 300).expect("simple");
-        let prefix = p.gen_prefix();
+        let prefix = p.gen_prefix().expect("OS randomness");
         assert_eq!(prefix.len(), 16);
         assert!(prefix.chars().all(|c| c.is_ascii_alphabetic()));
         let t = p.assign("alice", 3, &prefix, 42).expect("assign");

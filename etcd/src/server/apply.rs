@@ -53,6 +53,8 @@ pub enum Effect {
         client_urls: Vec<String>,
     },
     ClusterVersion(String),
+    /// A committed entry that is neither a v3 nor a v2 request (its index): the member stops.
+    Undecodable(u64),
 }
 
 /// Checks, before anything is written, that every op of the branch a txn will take can be
@@ -116,41 +118,44 @@ pub fn apply_normal(
         return None;
     }
     let data = e.data();
+    // Decoded before anything is written: an entry that is neither stops the member (the log
+    // is corrupt) without moving the consistent index past it.
+    let req = if data.is_empty() {
+        None
+    } else if let Ok(r) = InternalRaftRequest::decode(data) {
+        Some(Ok(r))
+    } else if let Ok(v2) = Request::decode(data) {
+        // etcd 3.4 proposes member attributes and the cluster version as v2 requests.
+        Some(Err(v2))
+    } else {
+        effects.push(Effect::Undecodable(e.index));
+        return None;
+    };
     let mut w = store.write();
-    if data.is_empty() {
-        // A new leader's empty entry: only the consistent index moves.
-        let rev = w.end(e.index, e.term).map(|r| r.1).unwrap_or(0);
-        return Some((
-            0,
-            Outcome {
-                result: Ok(Applied::Done),
-                revision: rev,
-            },
-        ));
-    }
-    let req = match InternalRaftRequest::decode(data) {
-        Ok(r) => r,
-        Err(_) => {
-            // etcd 3.4 proposes member attributes and the cluster version as v2 requests.
-            let mut id = 0;
-            if let Ok(v2) = Request::decode(data) {
-                apply_v2(&mut w, &v2, effects);
-                id = v2.id;
-            } else {
-                tracing::warn!(
-                    index = e.index,
-                    "skipping an entry that is neither a v3 nor a v2 request"
-                );
-            }
+    let req = match req {
+        None => {
+            // A new leader's empty entry: only the consistent index moves.
             let rev = w.end(e.index, e.term).map(|r| r.1).unwrap_or(0);
             return Some((
-                id,
+                0,
                 Outcome {
                     result: Ok(Applied::Done),
                     revision: rev,
                 },
             ));
         }
+        Some(Err(v2)) => {
+            apply_v2(&mut w, &v2, effects);
+            let rev = w.end(e.index, e.term).map(|r| r.1).unwrap_or(0);
+            return Some((
+                v2.id,
+                Outcome {
+                    result: Ok(Applied::Done),
+                    revision: rev,
+                },
+            ));
+        }
+        Some(Ok(r)) => r,
     };
     let id = req
         .header

@@ -57,12 +57,25 @@ impl ApplyLoop {
             }
             match task {
                 ApplyTask::Entries(entries) => {
+                    let mut last = None;
                     for e in &entries {
-                        self.apply_entry(e);
+                        if !self.apply_entry(e) {
+                            break;
+                        }
+                        last = Some(e);
                     }
                     // Once per batch: readers waiting for the applied index are woken once.
-                    if let Some(last) = entries.last() {
+                    if let Some(last) = last {
                         self.shared.set_applied_entry(last.index, last.term);
+                    }
+                    // The backend commits in the background; one that failed would keep
+                    // acknowledged writes only in the WAL for ever: stop, as etcd does
+                    // (it panics), and let a restart replay the WAL into the db.
+                    if let Some(err) = self.shared.kv.backend().last_error() {
+                        let why = format!("failed to commit the backend (db) to disk: {err}");
+                        tracing::error!(error = %err, "failed to commit the backend; stopping the server");
+                        self.shared.fail(why);
+                        continue;
                     }
                     self.maybe_snapshot();
                 }
@@ -80,10 +93,11 @@ impl ApplyLoop {
         }
     }
 
-    fn apply_entry(&mut self, e: &Entry) {
+    /// Applies one committed entry; false when it stopped the member.
+    fn apply_entry(&mut self, e: &Entry) -> bool {
         if EntryType::try_from(e.r#type) != Ok(EntryType::EntryNormal) {
             tracing::warn!(index = e.index, "skipping an entry of an unsupported type");
-            return;
+            return true;
         }
         if e.data().is_empty() {
             self.shared.version_check.notify_one();
@@ -126,12 +140,21 @@ impl ApplyLoop {
                         m.client_urls = client_urls.clone();
                     });
                 }
+                Effect::Undecodable(index) => {
+                    let why = format!(
+                        "committed entry {index} is neither a v3 nor a v2 request: the log is corrupt; stopping before applying it"
+                    );
+                    tracing::error!(index, "{why}");
+                    self.shared.fail(why);
+                    return false;
+                }
                 Effect::ClusterVersion(v) => {
                     tracing::info!(cluster_version = %v, "set initial cluster version");
                     tracing::info!(cluster_version = %v, "enabled capabilities for version");
                 }
             }
         }
+        true
     }
 
     /// Takes a snapshot every --snapshot-count applied entries: the backend is committed

@@ -1,12 +1,15 @@
-// etcd's on-disk formats and the file tools under them: the WAL, the .snap files, the
-// bbolt-format backend and the small fsync/lock/preallocate helpers they share.
+// What etcd's server, etcdctl and etcdutl share, so the tools need not link the server: etcd's
+// on-disk formats, its member records, URLs, versions and Go-style values.
 //
-// Everything here reads and writes files exactly as etcd 3.4/3.5 does (../shared/FORMATS.md),
-// so data dirs and snapshots move between etcd and us in both directions.
+// The file formats are written exactly as etcd 3.4/3.5 writes them (../shared/FORMATS.md), so
+// data dirs and snapshots move between etcd and us in both directions.
 
 pub mod backend;
 pub mod fileutil;
 pub mod gofmt;
+pub mod membership;
 pub mod observe;
 pub mod snap;
+pub mod url;
+pub mod version;
 pub mod wal;

@@ -4,7 +4,9 @@
 use std::fmt::Write as _;
 use std::io::Write;
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
+
+use common::gofmt::format_ts;
 
 use serde_json::{Map, Value};
 use tracing::field::{Field, Visit};
@@ -14,36 +16,6 @@ use tracing_subscriber::layer::Context;
 use tracing_subscriber::prelude::*;
 
 use crate::config::LogLevel;
-
-/// Formats a time as etcd's zap encoder does in UTC: `2006-01-02T15:04:05.000Z`.
-pub fn format_ts(t: SystemTime) -> String {
-    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs() as i64;
-    let millis = d.subsec_millis();
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    let (y, m, dd) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{dd:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60
-    )
-}
-
-/// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar.
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
-}
 
 struct Fields {
     msg: String,
@@ -172,13 +144,9 @@ pub fn init(outputs: &[String], level: LogLevel) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[test]
-    fn timestamps_are_zaps() {
-        let t = UNIX_EPOCH + Duration::from_millis(1_795_638_144_806);
-        assert_eq!(format_ts(t), "2026-11-25T20:22:24.806Z");
-        assert_eq!(format_ts(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+    fn callers_are_relative_to_the_crate() {
         assert_eq!(
             caller(Some("etcd/src/raft/node.rs"), Some(7)),
             "raft/node.rs:7"

@@ -97,7 +97,7 @@ fn warn_unary_failure(target: &str, code: tonic::Code, desc: &str) {
     let q = |s: &str| serde_json::Value::from(s).to_string();
     eprintln!(
         "{{\"level\":\"warn\",\"ts\":{},\"caller\":\"clientv3/retry_interceptor.go:62\",\"msg\":\"retrying of unary invoker failed\",\"target\":{},\"attempt\":0,\"error\":{}}}",
-        q(&etcd::logging::format_ts(std::time::SystemTime::now())),
+        q(&common::gofmt::format_ts(std::time::SystemTime::now())),
         q(&format!("endpoint://client-{id}/{target}")),
         q(&format!(
             "rpc error: code = {} desc = {desc}",

@@ -58,9 +58,9 @@ fn main() {
         Command::Inspect(c) => fmt.and_then(|f| commands::datadir::inspect(c, f)),
         Command::Repair(a) => fmt.and_then(|f| commands::datadir::repair(a, f)),
         Command::Version => {
-            println!("etcdutl version: {}", etcd::version::ETCD_VERSION);
+            println!("etcdutl version: {}", common::version::ETCD_VERSION);
             println!("API version: 3.5");
-            println!("etcd-rs version: {}", etcd::version::ETCD_RS_VERSION);
+            println!("etcd-rs version: {}", common::version::ETCD_RS_VERSION);
             Ok(())
         }
     };

@@ -11,9 +11,9 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use common::backend::{Db, ReadTxn, buckets};
+use common::membership::{self, Member, v2store};
 use common::snap::Snapshotter;
 use common::wal::Wal;
-use etcd::membership::{self, Member, v2store};
 use prost::Message;
 use proto::etcdserverpb::Metadata;
 use proto::raftpb::{ConfChange, ConfChangeType, ConfState, Entry, EntryType, HardState};
@@ -239,7 +239,7 @@ fn log(msg: &str, fields: serde_json::Value) {
 /// The members --initial-cluster describes (in its order of names), checked against --name
 /// and --initial-advertise-peer-urls as etcd checks them.
 fn cluster_members(cfg: &RestoreConfig) -> Result<Vec<Member>> {
-    let pairs = etcd::config::parse_initial_cluster(&cfg.initial_cluster).map_err(|e| {
+    let pairs = common::url::parse_initial_cluster(&cfg.initial_cluster).map_err(|e| {
         Error::bad_args(format!(
             "invalid --initial-cluster {:?}: {e}",
             cfg.initial_cluster
@@ -279,7 +279,7 @@ fn cluster_members(cfg: &RestoreConfig) -> Result<Vec<Member>> {
         .split(',')
         .filter(|s| !s.is_empty())
         .map(|s| {
-            etcd::config::url::Url::parse(s)
+            common::url::Url::parse(s)
                 .map(|u| u.as_str().to_string())
                 .map_err(|e| {
                     Error::bad_args(format!("invalid --initial-advertise-peer-urls {s:?}: {e}"))

@@ -5,7 +5,8 @@ pub mod duration;
 pub mod features;
 pub mod file;
 pub mod flags;
-pub mod url;
+// URL parsing is shared with etcdutl's restore, which takes --initial-cluster as well.
+pub use common::url;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -14,7 +15,7 @@ pub use duration::{format_go_duration, parse_go_duration};
 pub use features::{FeatureGates, Gate};
 pub use flags::Action;
 use flags::{FEATURE_GATES, FLAGS, GATE_FLAGS, RENAMED};
-pub use url::Url;
+pub use url::{Url, parse_initial_cluster};
 
 /// etcd's default backend quota (2 GiB) when --quota-backend-bytes is 0.
 pub const DEFAULT_QUOTA_BYTES: i64 = 2 * 1024 * 1024 * 1024;
@@ -201,18 +202,6 @@ fn feature_gates(f: &flags::FlagValues) -> Result<FeatureGates, ConfigError> {
         gates.set(gate, on);
     }
     Ok(gates)
-}
-
-/// Parses `name1=url1,name2=url2` (etcd's --initial-cluster).
-pub fn parse_initial_cluster(s: &str) -> Result<Vec<(String, Url)>, String> {
-    let mut out = Vec::new();
-    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (name, url) = part
-            .split_once('=')
-            .ok_or_else(|| format!("missing '=' in initial cluster member {part:?}"))?;
-        out.push((name.to_string(), Url::parse(url)?));
-    }
-    Ok(out)
 }
 
 /// The value of a --config-file (or -config-file) argument, if any.

@@ -213,7 +213,7 @@ fn epoch_ts() -> serde_json::Value {
 }
 
 fn iso_ts() -> serde_json::Value {
-    serde_json::json!(etcd::logging::format_ts(std::time::SystemTime::now()))
+    serde_json::json!(common::gofmt::format_ts(std::time::SystemTime::now()))
 }
 
 /// One info line on stderr with the fields after `msg`, in order.

@@ -1,13 +1,14 @@
 // Versions: the etcd release whose API we implement (clients gate features on it, so it is
-// what we report), the cluster version, and our own version printed beside them.
+// what the server reports and etcdutl prints), the cluster version, and our own beside them.
 
-/// The etcd version reported by Status, /version and `etcd --version`.
+/// The etcd version reported by Status, /version, `etcd --version` and `etcdutl version`.
 pub const ETCD_VERSION: &str = "3.5.17";
 /// The cluster version (major.minor) this member supports.
 pub const CLUSTER_VERSION: &str = "3.5.0";
 /// The storage version written into the backend.
 pub const STORAGE_VERSION: &str = "3.5.0";
-/// This implementation's own version.
+/// This implementation's own version (every crate takes the workspace's version, so this
+/// crate's is the binaries').
 pub const ETCD_RS_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// What `etcd --version` prints: etcd's four lines (first line parsed by scripts), then ours.

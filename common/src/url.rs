@@ -1,5 +1,5 @@
-// URLs as etcd's flags take them (--listen-client-urls and friends): scheme http, https, unix
-// or unixs; http(s) need host:port and no path. Errors use etcd's wording.
+// URLs as etcd's flags take them (--listen-client-urls and friends, --initial-cluster): scheme
+// http, https, unix or unixs; http(s) need host:port and no path. Errors use etcd's wording.
 
 use std::fmt;
 
@@ -70,6 +70,18 @@ impl Url {
     pub fn as_str(&self) -> &str {
         &self.raw
     }
+}
+
+/// Parses `name1=url1,name2=url2` (etcd's --initial-cluster; etcdutl's restore takes it too).
+pub fn parse_initial_cluster(s: &str) -> Result<Vec<(String, Url)>, String> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (name, url) = part
+            .split_once('=')
+            .ok_or_else(|| format!("missing '=' in initial cluster member {part:?}"))?;
+        out.push((name.to_string(), Url::parse(url)?));
+    }
+    Ok(out)
 }
 
 fn has_port(host: &str) -> bool {

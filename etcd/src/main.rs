@@ -185,14 +185,14 @@ fn run(cfg: Config) -> Result<(), String> {
 /// The client listeners' TLS, when any client or metrics URL is https (the metrics port uses
 /// the client certificate, as etcd's). The peer side is built by transport::peer_tls.
 fn client_tls(cfg: &etcd::config::Config) -> Result<Option<etcd::tls::TlsServer>, String> {
-    use etcd::tls::{Side, TlsInfo, TlsServer, is_tls_scheme, url_hosts};
+    use etcd::tls::{Side, TlsServer, client_info, is_tls_scheme, url_hosts};
     let urls: Vec<_> = cfg
         .listen_client_urls
         .iter()
         .chain(&cfg.listen_metrics_urls)
         .cloned()
         .collect();
-    let info = TlsInfo::client(cfg);
+    let info = client_info(cfg);
     if !urls.iter().any(is_tls_scheme) {
         if !info.is_empty() {
             tracing::warn!(

@@ -1,5 +1,6 @@
-// The server's layering rule, checked on the source: the modules below the API (server,
-// apply, mvcc, lease, auth, membership) never use the API layer or gRPC's types.
+// The server's layering rules, checked on the source: the modules below the API (server,
+// apply, mvcc, lease, auth, membership) never use the API layer or gRPC's types, and the client
+// tools (etcdctl, etcdutl) never depend on the server crate.
 
 use std::path::{Path, PathBuf};
 
@@ -44,6 +45,30 @@ fn modules_below_the_api_use_neither_the_api_nor_tonic() {
     assert!(
         offences.is_empty(),
         "layering broken:\n{}",
+        offences.join("\n")
+    );
+}
+
+/// etcdctl and etcdutl build without the server: what they share with it is in common, so a
+/// change to the server does not rebuild them and their binaries carry none of it.
+#[test]
+fn client_tools_do_not_depend_on_the_server_crate() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut offences = Vec::new();
+    for tool in ["etcdctl", "etcdutl"] {
+        let manifest = root.join(tool).join("Cargo.toml");
+        let text = std::fs::read_to_string(&manifest).expect("read manifest");
+        for (n, line) in text.lines().enumerate() {
+            // A dependency line is `etcd = ...` or `etcd.workspace = true`.
+            let key = line.split(['=', '.']).next().unwrap_or("").trim();
+            if key == "etcd" {
+                offences.push(format!("{}:{}: {}", manifest.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        offences.is_empty(),
+        "the client tools depend on the server crate:\n{}",
         offences.join("\n")
     );
 }

@@ -140,7 +140,7 @@ fn check_readable(path: &str) -> Result<()> {
 /// The TLS settings for https endpoints: --cacert (else the system's roots), --cert and
 /// --key, and --insecure-skip-tls-verify (the chain is not checked, the handshake still is).
 pub fn tls_config(g: &GlobalArgs) -> Result<Arc<rustls::ClientConfig>> {
-    let mut info = etcd::tls::TlsInfo::default();
+    let mut info = common::tls::TlsInfo::default();
     match (&g.cert, &g.key) {
         (Some(c), Some(k)) => {
             check_readable(c)?;
@@ -164,7 +164,7 @@ pub fn tls_config(g: &GlobalArgs) -> Result<Arc<rustls::ClientConfig>> {
     // As etcdctl 3.4: --insecure-skip-tls-verify applies only to a TLS setup the flags asked
     // for; an https endpoint dialed without one verifies against the system's roots.
     let skip = g.insecure_skip_tls_verify && tls_requested(g);
-    let cfg = etcd::tls::client_config(&info, skip).map_err(CtlError::other)?;
+    let cfg = common::tls::client_config(&info, skip).map_err(CtlError::other)?;
     let mut cfg = (*cfg).clone();
     cfg.alpn_protocols = vec![b"h2".to_vec()];
     Ok(Arc::new(cfg))
@@ -186,7 +186,7 @@ impl Dial {
     async fn connect(&self) -> std::result::Result<Channel, tonic::transport::Error> {
         match &self.tls {
             Some(tls) => {
-                let conn = etcd::tls::Connector::new(tls.clone(), 2379);
+                let conn = common::tls::Connector::new(tls.clone(), 2379);
                 self.endpoint.connect_with_connector(conn).await
             }
             None => self.endpoint.connect().await,
@@ -265,7 +265,7 @@ pub async fn http_get(g: &GlobalArgs, ep: &str, path: &str) -> Result<String> {
     let fetch = async {
         let mut raw = Vec::new();
         if https {
-            let mut s = etcd::tls::connect(tls_config(g)?, &host, port).await?;
+            let mut s = common::tls::connect(tls_config(g)?, &host, port).await?;
             s.write_all(request.as_bytes()).await?;
             s.read_to_end(&mut raw).await?;
         } else {

@@ -1,74 +1,50 @@
 // TLS for the client and peer listeners: etcd's --cert-file/--key-file/--trusted-ca-file/
 // --client-cert-auth/--*-crl-file/--cipher-suites (and the --peer-* set) turned into rustls
 // configs, --auto-tls/--peer-auto-tls certificates, and the client certificate's CN for auth.
+// The settings, PEM loading and the dialing side are common::tls, shared with etcdctl.
 
-mod dial;
-mod p521;
 pub mod selfsigned;
 
-pub use dial::{Connector, connect};
+// Re-exported so the server's modules name one TLS module for both sides.
+pub use common::tls::{TlsInfo, client_config};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rustls::crypto::CryptoProvider;
+use common::tls::{cipher_suite_filter, load_certs, load_crls, load_key, provider, roots};
+use rustls::ServerConfig;
 use rustls::server::WebPkiClientVerifier;
-use rustls::{RootCertStore, ServerConfig};
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, CertificateRevocationListDer, PrivateKeyDer};
+use rustls_pki_types::CertificateDer;
 
 use crate::config::{Config, Url};
 
-/// One side's TLS settings, as etcd's transport.TLSInfo.
-#[derive(Debug, Clone, Default)]
-pub struct TlsInfo {
-    pub cert_file: String,
-    pub key_file: String,
-    pub trusted_ca_file: String,
-    pub client_cert_auth: bool,
-    pub crl_file: String,
-    /// Required CN of the client certificate (--peer-cert-allowed-cn).
-    pub allowed_cn: String,
-    /// Required host name among the client certificate's names (--*-cert-allowed-hostname).
-    pub allowed_hostname: String,
-    pub cipher_suites: Vec<String>,
-    pub auto_tls: bool,
+/// The client port's settings.
+pub fn client_info(cfg: &Config) -> TlsInfo {
+    TlsInfo {
+        cert_file: cfg.cert_file.clone(),
+        key_file: cfg.key_file.clone(),
+        trusted_ca_file: cfg.trusted_ca_file.clone(),
+        client_cert_auth: cfg.client_cert_auth,
+        crl_file: cfg.client_crl_file.clone(),
+        allowed_cn: String::new(),
+        allowed_hostname: cfg.client_cert_allowed_hostname.clone(),
+        cipher_suites: cfg.cipher_suites.clone(),
+        auto_tls: cfg.auto_tls,
+    }
 }
 
-impl TlsInfo {
-    /// The client port's settings.
-    pub fn client(cfg: &Config) -> TlsInfo {
-        TlsInfo {
-            cert_file: cfg.cert_file.clone(),
-            key_file: cfg.key_file.clone(),
-            trusted_ca_file: cfg.trusted_ca_file.clone(),
-            client_cert_auth: cfg.client_cert_auth,
-            crl_file: cfg.client_crl_file.clone(),
-            allowed_cn: String::new(),
-            allowed_hostname: cfg.client_cert_allowed_hostname.clone(),
-            cipher_suites: cfg.cipher_suites.clone(),
-            auto_tls: cfg.auto_tls,
-        }
-    }
-
-    /// The peer port's settings.
-    pub fn peer(cfg: &Config) -> TlsInfo {
-        TlsInfo {
-            cert_file: cfg.peer_cert_file.clone(),
-            key_file: cfg.peer_key_file.clone(),
-            trusted_ca_file: cfg.peer_trusted_ca_file.clone(),
-            client_cert_auth: cfg.peer_client_cert_auth,
-            crl_file: cfg.peer_crl_file.clone(),
-            allowed_cn: cfg.peer_cert_allowed_cn.clone(),
-            allowed_hostname: cfg.peer_cert_allowed_hostname.clone(),
-            cipher_suites: cfg.cipher_suites.clone(),
-            auto_tls: cfg.peer_auto_tls,
-        }
-    }
-
-    /// No certificate configured (etcd's TLSInfo.Empty).
-    pub fn is_empty(&self) -> bool {
-        self.cert_file.is_empty() && self.key_file.is_empty()
+/// The peer port's settings.
+pub fn peer_info(cfg: &Config) -> TlsInfo {
+    TlsInfo {
+        cert_file: cfg.peer_cert_file.clone(),
+        key_file: cfg.peer_key_file.clone(),
+        trusted_ca_file: cfg.peer_trusted_ca_file.clone(),
+        client_cert_auth: cfg.peer_client_cert_auth,
+        crl_file: cfg.peer_crl_file.clone(),
+        allowed_cn: cfg.peer_cert_allowed_cn.clone(),
+        allowed_hostname: cfg.peer_cert_allowed_hostname.clone(),
+        cipher_suites: cfg.cipher_suites.clone(),
+        auto_tls: cfg.peer_auto_tls,
     }
 }
 
@@ -83,7 +59,7 @@ pub enum Side {
 /// certificate (or auto TLS) for every https:// URL.
 pub fn verify_config(cfg: &Config) -> Result<(), String> {
     cipher_suite_filter(&cfg.cipher_suites)?;
-    let client = TlsInfo::client(cfg);
+    let client = client_info(cfg);
     for u in &cfg.listen_client_urls {
         if is_tls_scheme(u) && client.is_empty() && !client.auto_tls {
             return Err(format!(
@@ -91,7 +67,7 @@ pub fn verify_config(cfg: &Config) -> Result<(), String> {
             ));
         }
     }
-    let peer = TlsInfo::peer(cfg);
+    let peer = peer_info(cfg);
     for u in &cfg.listen_peer_urls {
         if is_tls_scheme(u) && peer.is_empty() && !peer.auto_tls {
             return Err(format!(
@@ -122,161 +98,6 @@ pub fn verify_config(cfg: &Config) -> Result<(), String> {
 
 pub fn is_tls_scheme(u: &Url) -> bool {
     u.scheme == "https" || u.scheme == "unixs"
-}
-
-/// Go's names for the TLS 1.2 suites rustls implements (TLS 1.3 suites are always on, as in
-/// Go, where --cipher-suites does not apply to TLS 1.3).
-const SUITES: &[(&str, rustls::CipherSuite)] = &[
-    (
-        "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
-        rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
-    ),
-    (
-        "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
-        rustls::CipherSuite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
-    ),
-    (
-        "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
-        rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
-    ),
-    (
-        "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
-        rustls::CipherSuite::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
-    ),
-    (
-        "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305",
-        rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
-    ),
-    (
-        "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
-        rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
-    ),
-    (
-        "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305",
-        rustls::CipherSuite::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
-    ),
-    (
-        "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
-        rustls::CipherSuite::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
-    ),
-];
-
-/// Go knows these names; rustls does not implement them (CBC, RC4, 3DES, static RSA).
-const GO_ONLY_SUITES: &[&str] = &[
-    "TLS_RSA_WITH_RC4_128_SHA",
-    "TLS_RSA_WITH_3DES_EDE_CBC_SHA",
-    "TLS_RSA_WITH_AES_128_CBC_SHA",
-    "TLS_RSA_WITH_AES_256_CBC_SHA",
-    "TLS_RSA_WITH_AES_128_CBC_SHA256",
-    "TLS_RSA_WITH_AES_128_GCM_SHA256",
-    "TLS_RSA_WITH_AES_256_GCM_SHA384",
-    "TLS_ECDHE_ECDSA_WITH_RC4_128_SHA",
-    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA",
-    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA",
-    "TLS_ECDHE_RSA_WITH_RC4_128_SHA",
-    "TLS_ECDHE_RSA_WITH_3DES_EDE_CBC_SHA",
-    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA",
-    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA",
-    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256",
-    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256",
-];
-
-/// The TLS 1.2 suites to keep, or None for rustls's defaults (no --cipher-suites).
-fn cipher_suite_filter(names: &[String]) -> Result<Option<Vec<rustls::CipherSuite>>, String> {
-    if names.is_empty() {
-        return Ok(None);
-    }
-    let mut out = Vec::new();
-    for n in names {
-        if let Some((_, s)) = SUITES.iter().find(|(name, _)| name == n) {
-            out.push(*s);
-        } else if GO_ONLY_SUITES.contains(&n.as_str()) {
-            return Err(format!(
-                "TLS cipher suite {n:?} is not supported by etcd-rs (rustls implements only the ECDHE AEAD suites); remove it from --cipher-suites"
-            ));
-        } else {
-            return Err(format!("unexpected TLS cipher suite {n:?}"));
-        }
-    }
-    Ok(Some(out))
-}
-
-fn provider(cipher_suites: &[String]) -> Result<Arc<CryptoProvider>, String> {
-    let mut p = rustls::crypto::ring::default_provider();
-    if let Some(keep) = cipher_suite_filter(cipher_suites)? {
-        p.cipher_suites
-            .retain(|s| s.version() == &rustls::version::TLS13 || keep.contains(&s.suite()));
-    }
-    Ok(Arc::new(p))
-}
-
-/// Go's wording for a file that cannot be opened ("open <path>: no such file or directory").
-fn open_error(path: &str, e: &std::io::Error) -> String {
-    let why = match e.kind() {
-        std::io::ErrorKind::NotFound => "no such file or directory".to_string(),
-        std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
-        _ => e.to_string(),
-    };
-    format!("open {path}: {why}")
-}
-
-fn read_file(path: &str) -> Result<Vec<u8>, String> {
-    std::fs::read(path).map_err(|e| open_error(path, &e))
-}
-
-pub fn load_certs(path: &str) -> Result<Vec<CertificateDer<'static>>, String> {
-    let pem = read_file(path)?;
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("{path}: cannot parse the PEM certificates: {e}"))?;
-    if certs.is_empty() {
-        return Err(format!("{path}: no PEM certificate found"));
-    }
-    Ok(certs)
-}
-
-pub fn load_key(path: &str) -> Result<PrivateKeyDer<'static>, String> {
-    let pem = read_file(path)?;
-    PrivateKeyDer::from_pem_slice(&pem)
-        .map_err(|e| format!("{path}: cannot parse the PEM private key: {e}"))
-}
-
-fn load_crls(path: &str) -> Result<Vec<CertificateRevocationListDer<'static>>, String> {
-    let data = read_file(path)?;
-    let pem: Result<Vec<_>, _> = CertificateRevocationListDer::pem_slice_iter(&data).collect();
-    match pem {
-        Ok(v) if !v.is_empty() => Ok(v),
-        // Go accepts a DER CRL too.
-        _ => Ok(vec![CertificateRevocationListDer::from(data)]),
-    }
-}
-
-/// The system's CA roots (SSL_CERT_FILE / SSL_CERT_DIR, or the distribution's bundle).
-fn system_roots() -> Result<RootCertStore, String> {
-    let found = rustls_native_certs::load_native_certs();
-    let mut store = RootCertStore::empty();
-    let (added, _) = store.add_parsable_certificates(found.certs);
-    if added == 0 {
-        let why = found
-            .errors
-            .first()
-            .map(|e| format!(": {e}"))
-            .unwrap_or_default();
-        return Err(format!(
-            "no system CA certificates found{why}; pass a CA bundle (--cacert / --trusted-ca-file)"
-        ));
-    }
-    Ok(store)
-}
-
-fn roots(path: &str) -> Result<RootCertStore, String> {
-    let mut store = RootCertStore::empty();
-    for c in load_certs(path)? {
-        store
-            .add(c)
-            .map_err(|e| format!("{path}: not a usable CA certificate: {e}"))?;
-    }
-    Ok(store)
 }
 
 /// A listener's TLS: the rustls config plus the checks rustls does not make itself.
@@ -451,97 +272,14 @@ pub fn url_hosts(urls: &[Url]) -> Vec<String> {
         .collect()
 }
 
-/// The dialing side built from the same settings (the peer transport's client): trusts
-/// `info.trusted_ca_file`, presents `info`'s certificate when there is one, and with
-/// `skip_verify` (what etcd does for --peer-auto-tls) accepts any server certificate.
-pub fn client_config(
-    info: &TlsInfo,
-    skip_verify: bool,
-) -> Result<Arc<rustls::ClientConfig>, String> {
-    let provider = provider(&info.cipher_suites)?;
-    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS setup: {e}"))?;
-    let builder = if skip_verify {
-        builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(NoServerVerification(provider)))
-    } else if info.trusted_ca_file.is_empty() {
-        // As Go's crypto/tls with no RootCAs: the system's trusted roots.
-        builder.with_root_certificates(system_roots()?)
-    } else {
-        builder.with_root_certificates(roots(&info.trusted_ca_file)?)
-    };
-    let config = if info.is_empty() {
-        builder.with_no_client_auth()
-    } else {
-        builder
-            .with_client_auth_cert(load_certs(&info.cert_file)?, load_key(&info.key_file)?)
-            .map_err(|e| {
-                format!(
-                    "{}: the key does not fit the certificate: {e}",
-                    info.key_file
-                )
-            })?
-    };
-    Ok(Arc::new(config))
-}
-
-/// Go's InsecureSkipVerify: the handshake's signatures are still checked, the chain is not.
-#[derive(Debug)]
-struct NoServerVerification(Arc<CryptoProvider>);
-
-impl rustls::client::danger::ServerCertVerifier for NoServerVerification {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &rustls_pki_types::ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: rustls_pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &p521::with_p521(&self.0.signature_verification_algorithms),
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &p521::with_p521(&self.0.signature_verification_algorithms),
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        p521::with_p521(&self.0.signature_verification_algorithms).supported_schemes()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use common::tls::connect;
 
     /// A self-signed peer pair (--peer-auto-tls) and a dialer that skips verification, as
     /// etcd's peers do, complete a handshake and see each other's certificate CN-less.
+
     #[tokio::test]
     async fn peer_auto_tls_server_and_client_handshake() {
         let dir = tempfile::tempdir().unwrap();

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::config::Config;
-use crate::tls::{self, Side, TlsInfo, TlsServer};
+use crate::tls::{self, Side, TlsServer};
 
 /// The peer dialer's TLS when the peer URLs are https: our peer certificate (the
 /// self-signed one with --peer-auto-tls) and the peer CA; with --peer-auto-tls, as etcd,
@@ -22,7 +22,7 @@ pub fn client_config(cfg: &Config) -> Result<Option<Arc<rustls::ClientConfig>>, 
     if !https {
         return Ok(None);
     }
-    let mut info = TlsInfo::peer(cfg);
+    let mut info = tls::peer_info(cfg);
     let auto = info.is_empty() && info.auto_tls;
     if auto {
         // The listener made (or will make) this pair; the dialer shows the same one.
@@ -44,7 +44,7 @@ pub fn server_config(cfg: &Config) -> Result<Option<TlsServer>, String> {
         return Ok(None);
     }
     TlsServer::new(
-        &TlsInfo::peer(cfg),
+        &tls::peer_info(cfg),
         Side::Peer,
         &cfg.data_dir,
         &tls::url_hosts(&cfg.listen_peer_urls),

@@ -1,5 +1,5 @@
-// The dialing side of TLS as a tonic connector: TCP, then a rustls handshake; used by the peer
-// transport and by etcdctl (whose --insecure-skip-tls-verify needs a verifier tonic cannot take).
+// The dialing side of TLS as a tonic connector: TCP, then a rustls handshake; used by etcdctl
+// (whose --insecure-skip-tls-verify needs a verifier tonic cannot take) and the server's tests.
 
 use std::sync::Arc;
 
@@ -21,7 +21,9 @@ impl Connector {
     }
 }
 
-impl tonic::codegen::Service<http::Uri> for Connector {
+// tower's Service<Uri> is what tonic's Endpoint::connect_with_connector takes; implementing it
+// directly keeps tonic itself out of this crate.
+impl tower_service::Service<http::Uri> for Connector {
     type Response = TokioIo<tokio_rustls::client::TlsStream<TcpStream>>;
     type Error = std::io::Error;
     type Future = std::pin::Pin<

@@ -122,9 +122,9 @@ pub fn check_supported(g: &GlobalArgs) -> Result<()> {
             "DNS SRV discovery (--discovery-srv) is not supported by this etcdctl; pass --endpoints",
         ));
     }
-    if let Some(ep) = g.endpoints.iter().find(|e| e.starts_with("unix")) {
+    if let Some(ep) = g.endpoints.iter().find(|e| e.starts_with("unixs://")) {
         return Err(CtlError::other(format!(
-            "unix socket endpoints are not supported by this etcdctl ({ep})"
+            "TLS over unix sockets (unixs://) is not supported by this etcdctl ({ep})"
         )));
     }
     Ok(())
@@ -176,14 +176,20 @@ fn tls_requested(g: &GlobalArgs) -> bool {
     g.cert.is_some() || g.key.is_some() || g.cacert.is_some() || !g.insecure_transport
 }
 
-/// How one endpoint is dialed: tonic's own connector for http, ours (TLS) for https.
+/// How one endpoint is dialed: tonic's own connector for http, ours (TLS) for https, a unix
+/// socket for unix://.
 struct Dial {
     endpoint: Endpoint,
     tls: Option<Arc<rustls::ClientConfig>>,
+    unix: Option<String>,
 }
 
 impl Dial {
     async fn connect(&self) -> std::result::Result<Channel, tonic::transport::Error> {
+        if let Some(path) = &self.unix {
+            let conn = common::tls::UnixConnector::new(path.clone());
+            return self.endpoint.connect_with_connector(conn).await;
+        }
         match &self.tls {
             Some(tls) => {
                 let conn = common::tls::Connector::new(tls.clone(), 2379);
@@ -194,6 +200,12 @@ impl Dial {
     }
 }
 
+/// The socket path of a unix:// endpoint (the URL's host part, as etcd's clients read it).
+fn unix_path(ep: &str) -> Option<String> {
+    ep.strip_prefix("unix://")
+        .map(|rest| rest.split('/').next().unwrap_or_default().to_string())
+}
+
 fn endpoint_for(
     g: &GlobalArgs,
     ep: &str,
@@ -201,7 +213,12 @@ fn endpoint_for(
 ) -> Result<Dial> {
     let mut url = endpoint_url(ep);
     let mut with_tls = None;
-    if !ep.contains("://") && tls_requested(g) {
+    let unix = unix_path(ep);
+    if unix.is_some() {
+        // The connector dials the socket; the URL only gives gRPC its :authority
+        // ("localhost", as Go's gRPC says for unix sockets).
+        url = "http://localhost".to_string();
+    } else if !ep.contains("://") && tls_requested(g) {
         url = format!("https://{ep}");
     }
     if let Some(rest) = url.strip_prefix("https://") {
@@ -226,6 +243,7 @@ fn endpoint_for(
             .keep_alive_while_idle(true)
             .tcp_nodelay(true),
         tls: with_tls,
+        unix,
     })
 }
 
@@ -246,11 +264,16 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 pub async fn http_get(g: &GlobalArgs, ep: &str, path: &str) -> Result<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let url = endpoint_url(ep);
+    let unix = unix_path(ep);
     let (https, rest) = match url.split_once("://") {
         Some((scheme, rest)) => (scheme == "https", rest.to_string()),
         None => (false, url.clone()),
     };
-    let authority = rest.split('/').next().unwrap_or_default().to_string();
+    let authority = if unix.is_some() {
+        "localhost".to_string()
+    } else {
+        rest.split('/').next().unwrap_or_default().to_string()
+    };
     let (host, port) = match authority.rsplit_once(':') {
         Some((h, p)) if !p.contains(']') => (
             h.to_string(),
@@ -264,7 +287,11 @@ pub async fn http_get(g: &GlobalArgs, ep: &str, path: &str) -> Result<String> {
     );
     let fetch = async {
         let mut raw = Vec::new();
-        if https {
+        if let Some(sock) = &unix {
+            let mut s = tokio::net::UnixStream::connect(sock).await?;
+            s.write_all(request.as_bytes()).await?;
+            s.read_to_end(&mut raw).await?;
+        } else if https {
             let mut s = common::tls::connect(tls_config(g)?, &host, port).await?;
             s.write_all(request.as_bytes()).await?;
             s.read_to_end(&mut raw).await?;

@@ -1,5 +1,6 @@
 // The dialing side of TLS as a tonic connector: TCP, then a rustls handshake; used by etcdctl
 // (whose --insecure-skip-tls-verify needs a verifier tonic cannot take) and the server's tests.
+// Also the unix-socket connector for etcdctl's unix:// endpoints.
 
 use std::sync::Arc;
 
@@ -47,6 +48,39 @@ impl tower_service::Service<http::Uri> for Connector {
             let stream = connect(tls, &host, port).await?;
             Ok(TokioIo::new(stream))
         })
+    }
+}
+
+/// Dials one unix socket whatever the URI (etcd's unix://localhost:PORT names a socket file in
+/// the working directory); the endpoint's own URL is then only what gRPC's :authority says.
+#[derive(Clone)]
+pub struct UnixConnector {
+    path: String,
+}
+
+impl UnixConnector {
+    pub fn new(path: impl Into<String>) -> UnixConnector {
+        UnixConnector { path: path.into() }
+    }
+}
+
+impl tower_service::Service<http::Uri> for UnixConnector {
+    type Response = TokioIo<tokio::net::UnixStream>;
+    type Error = std::io::Error;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _uri: http::Uri) -> Self::Future {
+        let path = self.path.clone();
+        Box::pin(async move { Ok(TokioIo::new(tokio::net::UnixStream::connect(path).await?)) })
     }
 }
 

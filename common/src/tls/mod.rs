@@ -9,7 +9,7 @@
 mod dial;
 mod p521;
 
-pub use dial::{Connector, connect};
+pub use dial::{Connector, UnixConnector, connect};
 
 use std::sync::Arc;
 

@@ -685,7 +685,7 @@ fn global_flags_and_env_match_etcdctl() {
 }
 
 /// What etcd's etcdctl cannot be compared on, checked on its own: a clear one-line error
-/// and a non-zero exit for what this etcdctl does not do (DNS discovery, unix sockets), an
+/// and a non-zero exit for what this etcdctl does not do (DNS discovery, TLS over unix sockets), an
 /// unreachable https endpoint failing as Go's does, and help.
 #[test]
 fn unsupported_features_fail_clearly() {
@@ -697,7 +697,7 @@ fn unsupported_features_fail_clearly() {
     };
     for args in [
         &["--discovery-srv=example.com", "get", "a"][..],
-        &["--endpoints=unix://localhost:1", "get", "a"][..],
+        &["--endpoints=unixs://localhost:1", "get", "a"][..],
     ] {
         let out = run(args);
         let err = String::from_utf8_lossy(&out.stderr);

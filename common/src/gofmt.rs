@@ -150,6 +150,30 @@ pub fn format_ts(t: SystemTime) -> String {
     )
 }
 
+/// Formats a time as Go's time.RFC3339Nano in UTC: nanoseconds with trailing zeros dropped
+/// (`2006-01-02T15:04:05.999999999Z`), as Go's encoding/json writes a time.Time.
+pub fn format_rfc3339_nano(t: SystemTime) -> String {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs() as i64;
+    let rem = secs.rem_euclid(86_400);
+    let (y, m, dd) = civil_from_days(secs.div_euclid(86_400));
+    let mut frac = format!("{:09}", d.subsec_nanos());
+    while frac.ends_with('0') {
+        frac.pop();
+    }
+    let frac = if frac.is_empty() {
+        frac
+    } else {
+        format!(".{frac}")
+    };
+    format!(
+        "{y:04}-{m:02}-{dd:02}T{:02}:{:02}:{:02}{frac}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}
+
 /// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar.
 fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
@@ -167,6 +191,13 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rfc3339_nano_drops_trailing_zeros_as_go() {
+        let t = UNIX_EPOCH + std::time::Duration::from_millis(951_782_401_500);
+        assert_eq!(format_rfc3339_nano(t), "2000-02-29T00:00:01.5Z");
+        assert_eq!(format_rfc3339_nano(UNIX_EPOCH), "1970-01-01T00:00:00Z");
+    }
 
     #[test]
     fn durations_parse_and_print_as_go() {

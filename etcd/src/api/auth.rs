@@ -214,9 +214,9 @@ impl Auth for AuthService {
         &self,
         request: Request<AuthStatusRequest>,
     ) -> Result<Response<AuthStatusResponse>, Status> {
-        // etcd 3.5 puts AuthStatus through raft; an etcd 3.4 member applying that entry
-        // stops ("not implemented"), so below cluster version 3.5 the answer is read here,
-        // after a linearizable read, as etcd 3.4 answers it.
+        // etcd 3.5 puts AuthStatus through raft, and an etcd 3.4 member panics on an entry it
+        // has no applier for; below cluster version 3.5 the status is therefore read from the
+        // local auth store after a linearizable read, which is how etcd 3.4 answers it.
         if !crate::server::cluster_version::at_least(&self.server.cluster_version(), (3, 5)) {
             self.server.linearizable_read().await?;
             let auth = self.server.auth();

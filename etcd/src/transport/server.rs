@@ -487,39 +487,9 @@ async fn stream(server: Arc<EtcdServer>, req: http::Request<Incoming>) -> Resp {
     )
 }
 
-/// The current UTC time as Go's RFC 3339 with nanoseconds (trailing zeros dropped).
+/// The current UTC time as Go's encoding/json writes a time.Time (RFC 3339, nanoseconds).
 fn chrono_like_now() -> String {
-    let d = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    let secs = d.as_secs() as i64;
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Days since 1970-01-01 to a civil date (proleptic Gregorian).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    let mut frac = format!("{:09}", d.subsec_nanos());
-    while frac.ends_with('0') {
-        frac.pop();
-    }
-    let frac = if frac.is_empty() {
-        String::new()
-    } else {
-        format!(".{frac}")
-    };
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}{frac}Z",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60
-    )
+    common::gofmt::format_rfc3339_nano(std::time::SystemTime::now())
 }
 
 /// Binds every peer URL before anything is written (a port in use is an error at start).

@@ -19,8 +19,16 @@ const FLAG_END_STREAM: u8 = 0x1;
 const FLAG_END_HEADERS: u8 = 0x4;
 const FLAG_PADDED: u8 = 0x8;
 const FLAG_PRIORITY: u8 = 0x20;
-/// The frame size every HTTP/2 peer must accept (re-encoded blocks are split to fit).
-const MAX_FRAME: usize = 16_384;
+/// The largest frame the server accepts (its SETTINGS_MAX_FRAME_SIZE, set to this in serve.rs):
+/// a bigger frame is refused at its header, before any of it is buffered.
+pub const MAX_FRAME: usize = 16_384;
+/// The server advertises a 16 KiB header list (hyper's default), so a client that follows the
+/// protocol never sends a block near this; a header block (the HEADERS frame and its
+/// CONTINUATIONs, as received) beyond it ends the connection instead of growing without bound.
+const MAX_HEADER_BLOCK: usize = 64 * 1024;
+/// The same bound on the decoded list (RFC 7541 size: name + value + 32 per field), since
+/// indexed fields let a few bytes stand for a 4 KiB table entry.
+const MAX_DECODED_HEADERS: usize = 64 * 1024;
 
 struct PendingBlock {
     stream_id: u32,
@@ -112,10 +120,20 @@ impl<S> AuthorityFix<S> {
             let len = ((self.inbuf[0] as usize) << 16)
                 | ((self.inbuf[1] as usize) << 8)
                 | self.inbuf[2] as usize;
+            if len > MAX_FRAME {
+                return Err(bad(format!(
+                    "frame of {len} bytes exceeds the {MAX_FRAME}-byte maximum"
+                )));
+            }
             if self.inbuf.len() < FRAME_HEADER_LEN + len {
                 return Ok(());
             }
             let typ = self.inbuf[3];
+            if self.pending.is_some() && typ != TYPE_CONTINUATION {
+                // Anything else between a HEADERS frame and its END_HEADERS is a protocol error;
+                // passing it on would also reorder it before the block.
+                return Err(bad(format!("frame of type {typ} inside a header block")));
+            }
             let flags = self.inbuf[4];
             let stream_id =
                 u32::from_be_bytes([self.inbuf[5], self.inbuf[6], self.inbuf[7], self.inbuf[8]])
@@ -159,6 +177,14 @@ impl<S> AuthorityFix<S> {
                         .pending
                         .take()
                         .ok_or_else(|| bad("CONTINUATION without HEADERS".into()))?;
+                    if block.stream_id != stream_id {
+                        return Err(bad("CONTINUATION on another stream than its HEADERS".into()));
+                    }
+                    if block.raw.len() + frame.len() > MAX_HEADER_BLOCK {
+                        return Err(bad(format!(
+                            "header block over {MAX_HEADER_BLOCK} bytes on stream {stream_id}"
+                        )));
+                    }
                     block.block.extend_from_slice(payload);
                     block.raw.extend_from_slice(&frame);
                     if flags & FLAG_END_HEADERS != 0 {
@@ -173,10 +199,21 @@ impl<S> AuthorityFix<S> {
     }
 
     fn emit(&mut self, b: PendingBlock) -> io::Result<()> {
-        let headers = self
-            .decoder
-            .decode(&b.block)
+        let mut headers: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        let mut decoded = 0usize;
+        self.decoder
+            .decode_with_cb(&b.block, |n, v| {
+                decoded = decoded.saturating_add(n.len() + v.len() + 32);
+                if decoded <= MAX_DECODED_HEADERS {
+                    headers.push((n.into_owned(), v.into_owned()));
+                }
+            })
             .map_err(|e| bad(format!("undecodable request headers: {e:?}")))?;
+        if decoded > MAX_DECODED_HEADERS {
+            return Err(bad(format!(
+                "request headers of {decoded} bytes decoded exceed {MAX_DECODED_HEADERS}"
+            )));
+        }
         let needs_fix = headers
             .iter()
             .any(|(n, v)| n == b":authority" && fix_authority(v).is_some());
@@ -409,5 +446,109 @@ mod passthrough_tests {
         fix.process().unwrap();
         assert!(fix.passthrough);
         assert_eq!(fix.out, wire);
+    }
+}
+
+#[cfg(test)]
+mod bound_tests {
+    use super::*;
+
+    fn frame(typ: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let len = payload.len();
+        let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, typ, flags];
+        f.extend_from_slice(&stream.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    }
+
+    fn started() -> AuthorityFix<()> {
+        let mut fix = AuthorityFix::new(());
+        fix.inbuf.extend_from_slice(PREFACE);
+        fix.process().expect("preface");
+        fix
+    }
+
+    #[test]
+    fn a_continuation_flood_ends_the_connection_within_the_bound() {
+        let mut fix = started();
+        fix.inbuf
+            .extend_from_slice(&frame(TYPE_HEADERS, 0, 1, &[0x82]));
+        fix.process().expect("first frame");
+        let chunk = frame(TYPE_CONTINUATION, 0, 1, &[0x82; 1000]);
+        let mut sent = 0;
+        let err = loop {
+            fix.inbuf.extend_from_slice(&chunk);
+            sent += chunk.len();
+            assert!(sent < 1 << 20, "a 1 MiB header block was accepted");
+            if let Err(e) = fix.process() {
+                break e;
+            }
+        };
+        assert!(err.to_string().contains("header block over"), "{err}");
+        assert!(sent <= MAX_HEADER_BLOCK + chunk.len());
+    }
+
+    #[test]
+    fn empty_continuations_count_too() {
+        let mut fix = started();
+        fix.inbuf
+            .extend_from_slice(&frame(TYPE_HEADERS, 0, 1, &[0x82]));
+        let empty = frame(TYPE_CONTINUATION, 0, 1, &[]);
+        let mut frames = 0;
+        loop {
+            fix.inbuf.extend_from_slice(&empty);
+            frames += 1;
+            assert!(
+                frames < 100_000,
+                "endless empty CONTINUATIONs were accepted"
+            );
+            if fix.process().is_err() {
+                break;
+            }
+        }
+    }
+
+    #[test]
+    fn an_oversized_frame_is_refused_at_its_header() {
+        let mut fix = started();
+        // Only the 9-byte header of a 16 MiB HEADERS frame has arrived.
+        fix.inbuf
+            .extend_from_slice(&[0xff, 0xff, 0xff, TYPE_HEADERS, 0, 0, 0, 0, 1]);
+        let err = fix.process().expect_err("16 MiB frame");
+        assert!(
+            err.to_string().contains("exceeds the 16384-byte maximum"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn indexed_fields_cannot_inflate_a_small_block() {
+        let mut enc = Vec::new();
+        // A 4000-byte literal added to the dynamic table (index 62), then 40 references to it:
+        // about 100 bytes on the wire that decode to 160 KB.
+        enc.push(0x40); // literal with incremental indexing, new name
+        enc.push(0x01);
+        enc.push(b'x');
+        enc.extend_from_slice(&[0x7f, 0xa1, 0x1e]); // value length 4000 = 127 + 0x21 + 0x1e * 128
+        enc.extend(std::iter::repeat_n(b'a', 4000));
+        enc.extend(std::iter::repeat_n(0x80 | 62, 40));
+        let mut fix = started();
+        fix.inbuf.extend_from_slice(&frame(
+            TYPE_HEADERS,
+            FLAG_END_HEADERS,
+            1,
+            &enc[..MAX_FRAME.min(enc.len())],
+        ));
+        let err = fix.process().expect_err("header bomb");
+        assert!(err.to_string().contains("decoded exceed"), "{err}");
+    }
+
+    #[test]
+    fn a_data_frame_inside_a_header_block_is_a_protocol_error() {
+        let mut fix = started();
+        fix.inbuf
+            .extend_from_slice(&frame(TYPE_HEADERS, 0, 1, &[0x82]));
+        fix.inbuf.extend_from_slice(&frame(0x0, 0, 1, b"x"));
+        assert!(fix.process().is_err());
     }
 }

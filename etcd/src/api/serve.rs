@@ -125,7 +125,9 @@ fn connection_builder(ctx: &Ctx) -> auto::Builder<TokioExecutor> {
         .timer(TokioTimer::new())
         .keep_alive_interval(Some(cfg.grpc_keepalive_interval).filter(|d| !d.is_zero()))
         .keep_alive_timeout(cfg.grpc_keepalive_timeout)
-        .max_concurrent_streams(Some(cfg.max_concurrent_streams));
+        .max_concurrent_streams(Some(cfg.max_concurrent_streams))
+        // AuthorityFix refuses bigger frames at their header: the two must agree.
+        .max_frame_size(super::authority::MAX_FRAME as u32);
     b
 }
 

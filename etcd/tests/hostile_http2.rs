@@ -1,0 +1,152 @@
+// Hostile HTTP/2 on the client port: CONTINUATION floods and oversized frames must not grow the
+// server without bound, and it must go on serving (issue 18's "CONTINUATION flood" class).
+
+#[path = "../../common/tests/support/mod.rs"]
+mod support;
+
+#[path = "cluster_support/mod.rs"]
+mod cluster_support;
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::Duration;
+
+use cluster_support::Cluster;
+
+const OURS: &str = env!("CARGO_BIN_EXE_etcd");
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+/// What one test sends in all, over as many connections as the server lets it open.
+const SEND_TOTAL: usize = 256 << 20;
+/// The growth the issue allows for that much hostile traffic.
+const MAX_GROWTH_KIB: u64 = 64 << 10;
+
+fn frame(typ: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len();
+    let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, typ, flags];
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// A request's header block as a Go client encodes it; `authority` decides whether the server's
+/// rewriter re-encodes (a scheme in it) or steps aside (a plain host:port).
+fn request_headers(authority: &str) -> Vec<u8> {
+    let mut enc = loona_hpack::Encoder::new();
+    enc.encode([
+        (&b":method"[..], &b"POST"[..]),
+        (b":scheme", b"http"),
+        (b":authority", authority.as_bytes()),
+        (b":path", b"/etcdserverpb.Maintenance/Status"),
+        (b"content-type", b"application/grpc"),
+        (b"te", b"trailers"),
+    ])
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+/// Opens connections and writes `opening` then `filler` frames over and over until the server
+/// closes each one, until SEND_TOTAL bytes went out. Returns the connections it took.
+fn flood(port: u16, opening: &[u8], filler: &[u8]) -> usize {
+    let mut sent = 0;
+    let mut conns = 0;
+    while sent < SEND_TOTAL {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        s.set_write_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        conns += 1;
+        let mut hello = PREFACE.to_vec();
+        hello.extend_from_slice(&frame(0x4, 0, 0, &[])); // SETTINGS
+        hello.extend_from_slice(opening);
+        if s.write_all(&hello).is_err() {
+            assert!(conns < 100_000, "the server refuses every connection");
+            continue;
+        }
+        sent += hello.len();
+        let mut batch = Vec::new();
+        while batch.len() < 256 << 10 {
+            batch.extend_from_slice(filler);
+        }
+        // Count what the socket took, partial writes included: a 16 MiB frame is refused
+        // long before all of it is written.
+        'conn: while sent < SEND_TOTAL {
+            let mut off = 0;
+            while off < batch.len() {
+                match s.write(&batch[off..]) {
+                    Ok(0) | Err(_) => break 'conn,
+                    Ok(n) => {
+                        off += n;
+                        sent += n;
+                    }
+                }
+            }
+        }
+    }
+    conns
+}
+
+fn check(c: &mut Cluster, what: &str, opening: &[u8], filler: &[u8]) {
+    let port: u16 = c.nodes[0]
+        .client_url
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("client port");
+    let pid = c.nodes[0].child.as_ref().expect("running").id();
+    let before = rss_kib(pid);
+    let conns = flood(port, opening, filler);
+    let after = rss_kib(pid);
+    eprintln!("{what}: {conns} connections, RSS {before} KiB -> {after} KiB");
+    assert!(
+        after.saturating_sub(before) <= MAX_GROWTH_KIB,
+        "{what}: RSS grew from {before} KiB to {after} KiB for {} MiB sent",
+        SEND_TOTAL >> 20
+    );
+    assert!(c.nodes[0].exited().is_none(), "{what}: the server died");
+    c.nodes[0].etcdctl_ok(&["put", "still", what]);
+    assert_eq!(
+        c.nodes[0]
+            .etcdctl_ok(&["get", "still", "--print-value-only"])
+            .trim(),
+        what
+    );
+}
+
+#[test]
+fn continuation_floods_and_oversized_frames_stay_bounded() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut c = Cluster::start(OURS, dir.path(), 1, false, &[]);
+    c.nodes[0].etcdctl_ok(&["put", "warm", "up"]);
+
+    // A HEADERS frame without END_HEADERS, then CONTINUATIONs forever: the first block of a
+    // connection, which the server reads itself to fix a Go client's `:authority`.
+    let block = request_headers("http://127.0.0.1:2379");
+    let half = &block[..block.len() / 2];
+    check(
+        &mut c,
+        "flood in the first block",
+        &frame(0x1, 0, 1, half),
+        &frame(0x9, 0, 1, &[0x82; 16_000]),
+    );
+
+    // The same after a first request with a plain authority: the HTTP/2 library's own limits.
+    let good = request_headers("127.0.0.1:2379");
+    let mut opening = frame(0x1, 0x4, 1, &good);
+    opening.extend_from_slice(&frame(0x1, 0, 3, &[0x82]));
+    check(
+        &mut c,
+        "flood after a request",
+        &opening,
+        &frame(0x9, 0, 3, &[0x82; 16_000]),
+    );
+
+    // Frames of 16 MiB, beyond the 16 KiB the server allows.
+    let huge = vec![0x82; (1 << 24) - 1];
+    check(&mut c, "oversized HEADERS", &[], &frame(0x1, 0, 1, &huge));
+}

@@ -9,6 +9,7 @@ pub mod cluster_version;
 pub mod compactor;
 pub mod corrupt;
 pub mod heap;
+pub mod inbox;
 pub mod raft_loop;
 pub mod reconfig;
 pub mod wait;
@@ -159,6 +160,7 @@ impl Shared {
 pub struct EtcdServer {
     shared: Arc<Shared>,
     raft_tx: Mutex<Sender<RaftMsg>>,
+    inbox: Arc<inbox::Inbox>,
     applied_rx: watch::Receiver<u64>,
     ids: IdGen,
     raft_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -215,6 +217,8 @@ impl EtcdServer {
         let (tx, rx) = std::sync::mpsc::channel();
         let reports = tx.clone();
         let steps = tx.clone();
+        let inbox = Arc::new(inbox::Inbox::default());
+        let step_inbox = inbox.clone();
         let transport = Arc::new(Transport::new(
             Local {
                 member_id: shared.member_id,
@@ -233,8 +237,10 @@ impl EtcdServer {
             Arc::new(move |r| {
                 let _ = reports.send(RaftMsg::Report(r));
             }),
-            Arc::new(move |m| {
-                let _ = steps.send(RaftMsg::Step(Box::new(m)));
+            Arc::new(move |m: proto::raftpb::Message| {
+                if let Some(slot) = step_inbox.peer_slot(m.from) {
+                    let _ = steps.send(RaftMsg::Step(Box::new(m), slot));
+                }
             }),
         ));
         for m in &booted.members {
@@ -282,6 +288,7 @@ impl EtcdServer {
             ids: IdGen::new(shared.member_id),
             shared,
             raft_tx: Mutex::new(tx),
+            inbox,
             applied_rx,
             raft_thread: Mutex::new(Some(handle)),
             apply_thread: Mutex::new(Some(apply_handle)),
@@ -291,7 +298,11 @@ impl EtcdServer {
 
     /// Hands a peer's raft message to the raft loop.
     pub fn step(&self, m: proto::raftpb::Message) -> Result<(), Error> {
-        self.send(RaftMsg::Step(Box::new(m)))
+        match self.inbox.peer_slot(m.from) {
+            Some(slot) => self.send(RaftMsg::Step(Box::new(m), slot)),
+            // Dropped, as etcd drops it: raft sends it again.
+            None => Ok(()),
+        }
     }
 
     /// Where the db image of the leader's snapshot at `index` is received.
@@ -778,12 +789,18 @@ impl EtcdServer {
         if self.commit_index() > self.applied_index() + apply_loop::MAX_APPLY_GAP {
             return Err(error::TOO_MANY_REQUESTS);
         }
+        let deadline = tokio::time::Instant::now() + self.timeout();
+        let slot = match tokio::time::timeout_at(deadline, self.inbox.request_slot()).await {
+            Ok(Some(slot)) => slot,
+            Ok(None) => return Err(error::STOPPED),
+            Err(_) => return Err(error::TIMEOUT),
+        };
         let rx = self.shared.wait.register(id);
-        if let Err(e) = self.send(RaftMsg::Propose { id, data }) {
+        if let Err(e) = self.send(RaftMsg::Propose { id, data, slot }) {
             self.shared.wait.cancel(id);
             return Err(e);
         }
-        match tokio::time::timeout(self.timeout(), rx).await {
+        match tokio::time::timeout_at(deadline, rx).await {
             Ok(Ok(outcome)) => Ok(outcome),
             Ok(Err(_)) => Err(error::STOPPED),
             Err(_) => {
@@ -796,9 +813,15 @@ impl EtcdServer {
     /// Waits until this member has applied everything committed when the read started, as
     /// confirmed by the leader (ReadIndex): a read after this is linearizable.
     pub async fn linearizable_read(&self) -> Result<(), Error> {
+        let deadline = tokio::time::Instant::now() + self.timeout();
+        let slot = match tokio::time::timeout_at(deadline, self.inbox.request_slot()).await {
+            Ok(Some(slot)) => slot,
+            Ok(None) => return Err(error::STOPPED),
+            Err(_) => return Err(error::TIMEOUT),
+        };
         let (tx, rx) = oneshot::channel();
-        self.send(RaftMsg::ReadIndex(tx))?;
-        let index = match tokio::time::timeout(self.timeout(), rx).await {
+        self.send(RaftMsg::ReadIndex(tx, slot))?;
+        let index = match tokio::time::timeout_at(deadline, rx).await {
             Ok(Ok(r)) => r?,
             Ok(Err(_)) => return Err(error::STOPPED),
             Err(_) => return Err(error::TIMEOUT),

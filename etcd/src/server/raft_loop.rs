@@ -17,6 +17,7 @@ use tokio::sync::oneshot;
 use super::Shared;
 use super::apply::{self, Applied, MemberChange};
 use super::apply_loop::ApplyTask;
+use super::inbox::Slot;
 use super::reconfig;
 use crate::error;
 use crate::membership::id_hex;
@@ -41,13 +42,14 @@ pub enum RaftMsg {
     Propose {
         id: u64,
         data: Vec<u8>,
+        slot: Slot,
     },
     /// Propose a membership change whose waiter is registered under `cc.id`.
     ProposeConfChange(ConfChange),
     /// Confirm leadership for a linearizable read; answers with the index to wait for.
-    ReadIndex(ReadReply),
+    ReadIndex(ReadReply, Slot),
     /// A message from a peer.
-    Step(Box<Message>),
+    Step(Box<Message>, Slot),
     /// What the transport learned about a peer.
     Report(Report),
     /// Raft's view of itself (per-peer progress on the leader).
@@ -103,7 +105,8 @@ impl RaftLoop {
             let leader_gone = self.leader_gone();
             for m in msgs {
                 match m {
-                    RaftMsg::Propose { id, data } => {
+                    RaftMsg::Propose { id, data, slot } => {
+                        drop(slot);
                         if leader_gone || self.node.propose(data).is_err() {
                             self.shared.wait.trigger(
                                 id,
@@ -125,8 +128,8 @@ impl RaftLoop {
                             );
                         }
                     }
-                    RaftMsg::ReadIndex(tx) => waiting_reads.push(tx),
-                    RaftMsg::Step(m) => {
+                    RaftMsg::ReadIndex(tx, _slot) => waiting_reads.push(tx),
+                    RaftMsg::Step(m, _slot) => {
                         // Messages of a stale term or from a removed member are refused by
                         // raft itself; nothing to do about the error.
                         let _ = self.node.step(*m);

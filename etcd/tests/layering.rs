@@ -1,6 +1,6 @@
 // The server's layering rules, checked on the source: the modules below the API (server,
-// apply, mvcc, lease, auth, membership) never use the API layer or gRPC's types, and the client
-// tools (etcdctl, etcdutl) never depend on the server crate.
+// apply, mvcc, lease, auth, membership) never use the API layer or gRPC's types, the peer
+// transport never uses the server, and the client tools never depend on the server crate.
 
 use std::path::{Path, PathBuf};
 
@@ -39,6 +39,34 @@ fn modules_below_the_api_use_neither_the_api_nor_tonic() {
                 {
                     offences.push(format!("{}:{}: {}", f.display(), n + 1, line.trim()));
                 }
+            }
+        }
+    }
+    assert!(
+        offences.is_empty(),
+        "layering broken:\n{}",
+        offences.join("\n")
+    );
+}
+
+/// The peer transport sits below the server: it reaches the member through the PeerHost
+/// trait the server implements, never through the server's own types.
+#[test]
+fn the_transport_does_not_use_the_server() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/transport");
+    let mut files = Vec::new();
+    rust_files(&dir, &mut files);
+    assert!(!files.is_empty(), "no sources under {}", dir.display());
+    let mut offences = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).expect("read source");
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            if code.contains("crate::server")
+                || code.contains("EtcdServer")
+                || code.contains("crate::api")
+            {
+                offences.push(format!("{}:{}: {}", f.display(), n + 1, line.trim()));
             }
         }
     }

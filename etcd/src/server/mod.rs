@@ -10,6 +10,7 @@ pub mod compactor;
 pub mod corrupt;
 pub mod heap;
 pub mod inbox;
+mod peer_host;
 pub mod raft_loop;
 pub mod reconfig;
 pub mod wait;

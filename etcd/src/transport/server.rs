@@ -27,7 +27,39 @@ use super::wire::{
 use crate::error;
 use crate::listener::Listener;
 use crate::membership::{Member, id_hex};
-use crate::server::EtcdServer;
+use proto::etcdserverpb::HashKvResponse;
+
+/// What the peer port needs of the member it serves. The server implements it; the transport
+/// stays below the server (it never names the server's types), as etcd's rafthttp takes a
+/// Raft interface.
+pub trait PeerHost: Send + Sync + 'static {
+    fn cluster_id(&self) -> u64;
+    fn member_id(&self) -> u64;
+    /// The decided cluster version ("" while undecided).
+    fn cluster_version(&self) -> String;
+    fn is_removed(&self, id: u64) -> bool;
+    fn is_leader(&self) -> bool;
+    fn members(&self) -> Vec<Member>;
+    /// Hands a peer's raft message to raft (dropped when raft is overloaded: it resends).
+    fn step(&self, m: Message);
+    /// Where the db image of the leader's snapshot at `index` is received.
+    fn snap_db_path(&self, index: u64) -> std::path::PathBuf;
+    fn transport(&self) -> &super::Transport;
+    /// Promotes a learner (a follower's /members/promote forwarded to the leader).
+    fn promote_member(
+        &self,
+        id: u64,
+    ) -> impl std::future::Future<Output = Result<(), error::Error>> + Send;
+    /// A follower's forwarded keepalive: the lease's new TTL, or None when it is unknown.
+    fn renew_lease(&self, id: i64) -> Option<i64>;
+    /// (remaining TTL, granted TTL, keys) of a lease, or None when it is unknown.
+    fn lease_time_to_live(&self, id: i64) -> Option<(i64, i64, Vec<Vec<u8>>)>;
+    /// This member's HashKV at `revision` (0: the current one).
+    fn hash_kv(
+        &self,
+        revision: i64,
+    ) -> impl std::future::Future<Output = Result<HashKvResponse, error::Error>> + Send;
+}
 
 /// Request bodies read whole (raft messages, lease and hash requests) stop here.
 /// How long a peer's TLS handshake may take.
@@ -127,7 +159,7 @@ fn version_ok(req: &http::Request<Incoming>) -> bool {
 }
 
 /// The checks every raft request passes (§2.4), after the method: version, then cluster ID.
-fn check_raft(server: &EtcdServer, req: &http::Request<Incoming>) -> Result<(), Box<Resp>> {
+fn check_raft<H: PeerHost>(server: &H, req: &http::Request<Incoming>) -> Result<(), Box<Resp>> {
     let cid = server.cluster_id();
     if !version_ok(req) {
         tracing::warn!(
@@ -183,7 +215,7 @@ pub fn members_json(members: &[Member]) -> String {
 }
 
 /// Answers one request on the peer port.
-pub async fn handle(server: Arc<EtcdServer>, req: http::Request<Incoming>) -> Resp {
+pub async fn handle<H: PeerHost>(server: Arc<H>, req: http::Request<Incoming>) -> Resp {
     let path = req.uri().path().to_string();
     let cid = server.cluster_id();
     match path.as_str() {
@@ -191,7 +223,7 @@ pub async fn handle(server: Arc<EtcdServer>, req: http::Request<Incoming>) -> Re
             if req.method() != Method::POST {
                 return method_not_allowed(Some("POST"));
             }
-            if let Err(r) = check_raft(&server, &req) {
+            if let Err(r) = check_raft(&*server, &req) {
                 return *r;
             }
             let Ok(body) = read_all(req.into_body(), MAX_BODY).await else {
@@ -217,7 +249,7 @@ pub async fn handle(server: Arc<EtcdServer>, req: http::Request<Incoming>) -> Re
                 );
             }
             if m.r#type != 0 || m.to != 0 || m.from != 0 {
-                let _ = server.step(m);
+                server.step(m);
             }
             finish(
                 response(StatusCode::NO_CONTENT).header(H_CLUSTER_ID, id_path(cid)),
@@ -228,7 +260,7 @@ pub async fn handle(server: Arc<EtcdServer>, req: http::Request<Incoming>) -> Re
             if req.method() != Method::POST {
                 return method_not_allowed(Some("POST"));
             }
-            if let Err(r) = check_raft(&server, &req) {
+            if let Err(r) = check_raft(&*server, &req) {
                 return *r;
             }
             let from = header(&req, H_SERVER_FROM)
@@ -241,7 +273,7 @@ pub async fn handle(server: Arc<EtcdServer>, req: http::Request<Incoming>) -> Re
             match super::snapshot::receive(req.into_body(), from, move |i| s.snap_db_path(i)).await
             {
                 Ok(m) => {
-                    let _ = server.step(m);
+                    server.step(m);
                     finish(
                         response(StatusCode::NO_CONTENT).header(H_CLUSTER_ID, id_path(cid)),
                         client::empty(),
@@ -280,7 +312,7 @@ pub async fn handle(server: Arc<EtcdServer>, req: http::Request<Incoming>) -> Re
                 );
             };
             match server.promote_member(id).await {
-                Ok(_) => json(Some(cid), members_json(&server.members())),
+                Ok(()) => json(Some(cid), members_json(&server.members())),
                 Err(e) => {
                     let (status, msg) = promote_error(e);
                     text_error(status, msg, Some(cid))
@@ -306,7 +338,7 @@ pub async fn handle(server: Arc<EtcdServer>, req: http::Request<Incoming>) -> Re
             if !server.is_leader() {
                 return text_error(StatusCode::BAD_REQUEST, "not a primary lessor", None);
             }
-            match server.lessor().renew(r.id) {
+            match server.renew_lease(r.id) {
                 Some(ttl) => protobuf(
                     LeaseKeepAliveResponse {
                         header: None,
@@ -338,7 +370,7 @@ pub async fn handle(server: Arc<EtcdServer>, req: http::Request<Incoming>) -> Re
             if !server.is_leader() {
                 return text_error(StatusCode::BAD_REQUEST, "not a primary lessor", None);
             }
-            match server.lessor().time_to_live(r.id) {
+            match server.lease_time_to_live(r.id) {
                 Some((left, granted, keys)) => protobuf(
                     proto::leasepb::LeaseInternalResponse {
                         lease_time_to_live_response: Some(LeaseTimeToLiveResponse {
@@ -403,7 +435,7 @@ fn promote_error(e: error::Error) -> (StatusCode, &'static str) {
 }
 
 /// `GET /members/hashkv` with `{"revision":N}`: this member's HashKV as etcd's JSON.
-async fn hashkv(server: Arc<EtcdServer>, req: http::Request<Incoming>) -> Resp {
+async fn hashkv<H: PeerHost>(server: Arc<H>, req: http::Request<Incoming>) -> Resp {
     let cid = server.cluster_id();
     let bad = |m: &str| text_error(StatusCode::BAD_REQUEST, m, Some(cid));
     let Ok(body) = read_all(req.into_body(), MAX_SMALL_BODY).await else {
@@ -417,7 +449,7 @@ async fn hashkv(server: Arc<EtcdServer>, req: http::Request<Incoming>) -> Resp {
     let Ok(ask) = serde_json::from_slice::<Ask>(&body) else {
         return bad("error unmarshalling request");
     };
-    match crate::server::corrupt::local_hash(&server, ask.revision).await {
+    match server.hash_kv(ask.revision).await {
         Ok(r) => {
             let rev = r.header.as_ref().map(|h| h.revision).unwrap_or(0);
             let mut out = format!("{{\"header\":{{\"revision\":{rev}}}");
@@ -436,12 +468,12 @@ async fn hashkv(server: Arc<EtcdServer>, req: http::Request<Incoming>) -> Resp {
 
 /// `GET /raft/stream/<type>/<from>`: after the checks, the peer gets a never-ending chunked
 /// answer into which its messages are written.
-async fn stream(server: Arc<EtcdServer>, req: http::Request<Incoming>) -> Resp {
+async fn stream<H: PeerHost>(server: Arc<H>, req: http::Request<Incoming>) -> Resp {
     let cid = server.cluster_id();
     if req.method() != Method::GET {
         return method_not_allowed(Some("GET"));
     }
-    if let Err(r) = check_raft(&server, &req) {
+    if let Err(r) = check_raft(&*server, &req) {
         return *r;
     }
     let rest = &req.uri().path()["/raft/stream/".len()..];
@@ -504,7 +536,7 @@ pub async fn bind(urls: &[crate::config::Url]) -> Result<Vec<Listener>, String> 
     Ok(out)
 }
 
-async fn serve_conn<I>(server: Arc<EtcdServer>, io: I)
+async fn serve_conn<H: PeerHost, I>(server: Arc<H>, io: I)
 where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -519,8 +551,8 @@ where
 }
 
 /// Serves the peer port on `listener` (over TLS with `tls`) until `shutdown` resolves.
-pub async fn serve(
-    server: Arc<EtcdServer>,
+pub async fn serve<H: PeerHost>(
+    server: Arc<H>,
     listener: Listener,
     tls: Option<crate::tls::TlsServer>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,

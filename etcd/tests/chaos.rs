@@ -313,12 +313,60 @@ fn inject(c: &mut Cluster, fault: &str, rng: &mut Rng) {
                 );
             }
         }
+        "replace follower" => replace_member(c, leader, follower),
         other => panic!("unknown fault {other}"),
     }
     all_healthy(c);
 }
 
+/// Membership changes under load: the follower is removed (it stops), comes back with an
+/// empty data dir as a learner at the same URLs, catches up and is promoted.
+fn replace_member(c: &mut Cluster, leader: usize, i: usize) {
+    let name = c.nodes[i].name.clone();
+    let id = c.member_id_hex(&name);
+    c.nodes[leader].etcdctl_ok(&["member", "remove", &id]);
+    c.nodes[i].kill9();
+    std::fs::remove_dir_all(&c.nodes[i].data_dir).expect("wipe the removed member's data");
+    let added = c.nodes[leader].etcdctl_ok(&[
+        "member",
+        "add",
+        &name,
+        "--learner",
+        &format!("--peer-urls={}", c.nodes[i].advertise_peer),
+    ]);
+    let ic = added
+        .lines()
+        .find_map(|l| l.strip_prefix("ETCD_INITIAL_CLUSTER=\""))
+        .and_then(|l| l.strip_suffix('"'))
+        .expect("ETCD_INITIAL_CLUSTER line")
+        .to_string();
+    c.nodes[i].initial_cluster = ic;
+    c.nodes[i].state = "existing";
+    c.nodes[i].spawn(OURS);
+    // "Member <id> added to cluster <cid>": not yet started, the member list has no name.
+    let new_id = added
+        .split_whitespace()
+        .nth(1)
+        .expect("member add names the new member")
+        .to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = c.nodes[leader].etcdctl(&["member", "promote", &new_id]);
+        if out.status.success() {
+            break;
+        }
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            Instant::now() < deadline,
+            "the learner {name} was never promoted: {err}\n{}",
+            c.nodes[i].log_tail(10)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 const FAULTS: &[&str] = &[
+    "replace follower",
     "kill -9 leader",
     "kill -9 follower",
     "SIGSTOP pause",

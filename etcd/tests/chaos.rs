@@ -20,17 +20,22 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use chaos_check::{Call, Event, Nanos, Op, Outcome};
+use chaos_check::{Call, Event, LeaseOp, Nanos, Op, Outcome};
 use cluster_support::Cluster;
 use proto::etcdserverpb::{
-    HashKvRequest, PutRequest, RangeRequest, WatchCreateRequest, WatchRequest, kv_client::KvClient,
-    maintenance_client::MaintenanceClient, watch_client::WatchClient, watch_request,
+    HashKvRequest, LeaseGrantRequest, PutRequest, RangeRequest, WatchCreateRequest, WatchRequest,
+    kv_client::KvClient, lease_client::LeaseClient, maintenance_client::MaintenanceClient,
+    watch_client::WatchClient, watch_request,
 };
 use tonic::transport::Channel;
 
 const OURS: &str = env!("CARGO_BIN_EXE_etcd");
 const FAST: &[&str] = &["--heartbeat-interval", "50", "--election-timeout", "500"];
-const PREFIX: &str = "chaos/";
+const PREFIX: &str = chaos_check::WORKLOAD_PREFIX;
+const LEASE_PREFIX: &str = "lease/";
+/// Short leases, so many expire during a run (etcd's minimum TTL with a 500 ms election
+/// timeout is below this).
+const LEASE_TTL: i64 = 2;
 const KEYS: u64 = 8;
 const CLIENTS: usize = 6;
 /// The first revision a client's write can have (revision 1 is the empty store).
@@ -158,7 +163,65 @@ async fn client(c: usize, endpoints: Vec<String>, seed: u64, rec: Arc<Recorder>)
     }
 }
 
-/// Watches the prefix from `from` on one member until it has every event up to `to` (or the
+/// Grants short leases, puts a key on each and reads it every 400 ms until past its TTL
+/// (chaos_check::check_leases: no key is gone before its lease's TTL).
+async fn lease_client(endpoints: Vec<String>, rec: Arc<Recorder>, out: Arc<Mutex<Vec<LeaseOp>>>) {
+    let mut at = 0;
+    let mut n = 0u64;
+    while !rec.stop.load(Ordering::SeqCst) {
+        let Some(ch) = connect(&endpoints[at]).await else {
+            at = (at + 1) % endpoints.len();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let (mut lease, mut kv) = (LeaseClient::new(ch.clone()), KvClient::new(ch));
+        n += 1;
+        let key = format!("{LEASE_PREFIX}{n}");
+        let grant_invoke = rec.now();
+        let granted = lease
+            .lease_grant(LeaseGrantRequest {
+                ttl: LEASE_TTL,
+                id: 0,
+            })
+            .await;
+        let Ok(granted) = granted.map(|r| r.into_inner()) else {
+            at = (at + 1) % endpoints.len();
+            continue;
+        };
+        let put = kv
+            .put(PutRequest {
+                key: key.clone().into_bytes(),
+                value: b"leased".to_vec(),
+                lease: granted.id,
+                ..Default::default()
+            })
+            .await;
+        let mut op = LeaseOp {
+            key: key.clone(),
+            ttl_secs: granted.ttl,
+            grant_invoke,
+            put_complete: put.is_ok().then(|| rec.now()),
+            reads: Vec::new(),
+        };
+        for _ in 0..8 {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            let invoke = rec.now();
+            if let Ok(r) = kv
+                .range(RangeRequest {
+                    key: key.clone().into_bytes(),
+                    ..Default::default()
+                })
+                .await
+            {
+                op.reads
+                    .push((invoke, rec.now(), !r.into_inner().kvs.is_empty()));
+            }
+        }
+        out.lock().unwrap_or_else(|e| e.into_inner()).push(op);
+    }
+}
+
+/// Watches the whole keyspace from `from` on one member until it has every event up to `to` (or the
 /// stream fails: the events so far).
 async fn watch_from(endpoint: &str, from: i64, to: i64, out: &mut Vec<Event>) -> bool {
     let Some(ch) = connect(endpoint).await else {
@@ -169,8 +232,9 @@ async fn watch_from(endpoint: &str, from: i64, to: i64, out: &mut Vec<Event>) ->
     let create = WatchRequest {
         request_union: Some(watch_request::RequestUnion::CreateRequest(
             WatchCreateRequest {
-                key: PREFIX.as_bytes().to_vec(),
-                range_end: b"chaos0".to_vec(),
+                // The whole keyspace: the lease keys' puts and expiries take revisions too.
+                key: vec![0],
+                range_end: vec![0],
                 start_revision: from,
                 ..Default::default()
             },
@@ -201,6 +265,7 @@ async fn watch_from(endpoint: &str, from: i64, to: i64, out: &mut Vec<Event>) ->
                             revision: kv.mod_revision,
                             key: String::from_utf8_lossy(&kv.key).into_owned(),
                             value: String::from_utf8_lossy(&kv.value).into_owned(),
+                            deleted: e.r#type == 1,
                         });
                     }
                 }
@@ -397,6 +462,8 @@ fn run(members: usize, secs: u64, seed: u64) {
         .map(|i| rt.spawn(client(i, endpoints.clone(), seed, rec.clone())))
         .collect();
     let watcher = rt.spawn(live_watcher(endpoints.clone(), watch_until.clone()));
+    let leases: Arc<Mutex<Vec<LeaseOp>>> = Arc::default();
+    let lease_task = rt.spawn(lease_client(endpoints.clone(), rec.clone(), leases.clone()));
 
     // CHAOS_FAULTS="kill -9 leader,isolate leader" narrows the kinds (long kill runs).
     let chosen: Vec<&str> = match std::env::var("CHAOS_FAULTS") {
@@ -429,7 +496,35 @@ fn run(members: usize, secs: u64, seed: u64) {
     for t in clients {
         rt.block_on(t).expect("client task");
     }
+    rt.block_on(lease_task).expect("lease task");
     all_healthy(&mut c);
+
+    // Every lease expires once the cluster is whole (the leader revokes them).
+    let expired = rt.block_on(async {
+        for _ in 0..300 {
+            for ep in &endpoints {
+                if let Some(ch) = connect(ep).await
+                    && let Ok(r) = KvClient::new(ch)
+                        .range(RangeRequest {
+                            key: LEASE_PREFIX.as_bytes().to_vec(),
+                            range_end: b"lease0".to_vec(),
+                            count_only: true,
+                            ..Default::default()
+                        })
+                        .await
+                    && r.into_inner().count == 0
+                {
+                    return true;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        false
+    });
+    assert!(
+        expired,
+        "leased keys are still there 30 s after the faults ended"
+    );
 
     // The final revision (a linearizable read), then every member's whole history.
     let last = rt.block_on(async {
@@ -438,8 +533,8 @@ fn run(members: usize, secs: u64, seed: u64) {
                 if let Some(ch) = connect(ep).await
                     && let Ok(r) = KvClient::new(ch)
                         .range(RangeRequest {
-                            key: PREFIX.as_bytes().to_vec(),
-                            range_end: b"chaos0".to_vec(),
+                            key: vec![0],
+                            range_end: vec![0],
                             count_only: true,
                             ..Default::default()
                         })
@@ -477,6 +572,7 @@ fn run(members: usize, secs: u64, seed: u64) {
             whole,
             "{ep} never delivered its history up to revision {last}"
         );
+        h.retain(|e| e.revision <= last);
         histories.push(h);
         let hash = rt.block_on(async {
             let ch = connect(ep).await.expect("connect for hashkv");
@@ -494,6 +590,7 @@ fn run(members: usize, secs: u64, seed: u64) {
         .expect("the live watcher never caught up")
         .expect("watcher task");
     let ops = std::mem::take(&mut *rec.ops.lock().unwrap_or_else(|e| e.into_inner()));
+    let leases = std::mem::take(&mut *leases.lock().unwrap_or_else(|e| e.into_inner()));
 
     let acked = ops
         .iter()
@@ -509,9 +606,21 @@ fn run(members: usize, secs: u64, seed: u64) {
         ops.len()
     );
     eprintln!("chaos: faults injected: {counts:?}");
+    let lease_reads: usize = leases.iter().map(|l| l.reads.len()).sum();
+    let gone_after_ttl: usize = leases
+        .iter()
+        .map(|l| l.reads.iter().filter(|r| !r.2).count())
+        .sum();
+    eprintln!(
+        "chaos: {} leases of {LEASE_TTL} s granted, {lease_reads} reads of their keys ({gone_after_ttl} found them expired)",
+        leases.len()
+    );
+    let mut live = live;
+    live.retain(|e| e.revision <= last);
     let mut with_live = histories.clone();
     with_live.push(live);
-    let anomalies = chaos_check::check(&ops, &with_live, FIRST_REVISION);
+    let mut anomalies = chaos_check::check(&ops, &with_live, FIRST_REVISION);
+    anomalies.extend(chaos_check::check_leases(&leases));
     assert!(
         hashes.windows(2).all(|w| w[0] == w[1]),
         "members' HashKV at revision {last} differ: {hashes:?}"
@@ -527,6 +636,11 @@ fn run(members: usize, secs: u64, seed: u64) {
         "only {acked} acknowledged puts: the workload did not run"
     );
     assert!(reads >= 50, "only {reads} reads: the workload did not run");
+    assert!(
+        leases.len() >= 5,
+        "only {} leases: the lease client did not run",
+        leases.len()
+    );
     eprintln!(
         "chaos: no anomalies; HashKV {:#x} on every member",
         hashes[0]

@@ -35,13 +35,18 @@ pub struct Op {
     pub outcome: Outcome,
 }
 
-/// One write in a member's history (a watch from revision 1).
+/// One change in a member's history (a watch of the whole keyspace from the first revision).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Event {
     pub revision: i64,
     pub key: String,
     pub value: String,
+    /// A delete (a lease's expiry); the workload itself only puts.
+    pub deleted: bool,
 }
+
+/// The workload's keys; other keys (the lease checks') count only for the revision sequence.
+pub const WORKLOAD_PREFIX: &str = "chaos/";
 
 /// Checks the histories and the operations; every anomaly found, as a sentence.
 ///
@@ -70,18 +75,30 @@ pub fn check(ops: &[Op], histories: &[Vec<Event>], first_revision: i64) -> Vec<S
             ));
         }
     }
-    let mut expect = first_revision;
+    // One revision may hold several events (a lease revoked with its keys), never a gap.
+    let mut prev = first_revision - 1;
     for e in history {
-        if e.revision != expect {
+        if e.revision != prev + 1 && (e.revision != prev || prev < first_revision) {
             bad.push(format!(
-                "history jumps from revision {} to {} (missing or repeated revisions)",
-                expect - 1,
+                "history jumps from revision {prev} to {} (missing or reordered revisions)",
                 e.revision
             ));
         }
-        expect = e.revision + 1;
+        prev = e.revision;
     }
-    let by_rev: BTreeMap<i64, &Event> = history.iter().map(|e| (e.revision, e)).collect();
+    let history: Vec<&Event> = history
+        .iter()
+        .filter(|e| e.key.starts_with(WORKLOAD_PREFIX))
+        .collect();
+    for e in &history {
+        if e.deleted {
+            bad.push(format!(
+                "revision {} deletes {}, which no client deleted",
+                e.revision, e.key
+            ));
+        }
+    }
+    let by_rev: BTreeMap<i64, &Event> = history.iter().map(|e| (e.revision, *e)).collect();
 
     // Who wrote what: values are unique per invocation.
     let mut invoked: HashMap<&str, &Op> = HashMap::new();
@@ -96,7 +113,7 @@ pub fn check(ops: &[Op], histories: &[Vec<Event>], first_revision: i64) -> Vec<S
     // Writes with the revision the history gives them; completion is unknown (never) for
     // puts whose answer was lost.
     let mut writes: Vec<(Nanos, Option<Nanos>, i64)> = Vec::new();
-    for e in history {
+    for e in &history {
         if !seen_values.insert(e.value.as_str()) {
             bad.push(format!(
                 "value {} applied twice (revision {})",
@@ -198,7 +215,7 @@ pub fn check(ops: &[Op], histories: &[Vec<Event>], first_revision: i64) -> Vec<S
 
     // Reads: the key's state at the read's revision.
     let mut per_key: HashMap<&str, Vec<(i64, &str)>> = HashMap::new();
-    for e in history {
+    for e in &history {
         per_key
             .entry(e.key.as_str())
             .or_default()
@@ -231,6 +248,41 @@ pub fn check(ops: &[Op], histories: &[Vec<Event>], first_revision: i64) -> Vec<S
     bad
 }
 
+/// One lease of the lease client: granted with `ttl_secs`, one key put on it, then read
+/// now and then until after its TTL.
+#[derive(Clone, Debug)]
+pub struct LeaseOp {
+    pub key: String,
+    pub ttl_secs: i64,
+    /// When the grant was invoked: the lease cannot start (nor end) earlier.
+    pub grant_invoke: Nanos,
+    /// When the put with the lease was acknowledged (None: it was not).
+    pub put_complete: Option<Nanos>,
+    /// Linearizable reads of the key: (invoke, complete, found).
+    pub reads: Vec<(Nanos, Nanos, bool)>,
+}
+
+/// A lease never expires before its TTL: a read that began after the leased put was
+/// acknowledged and ended before grant + TTL finds the key.
+pub fn check_leases(leases: &[LeaseOp]) -> Vec<String> {
+    let mut bad = Vec::new();
+    for l in leases {
+        let Some(put) = l.put_complete else { continue };
+        let ttl_end = l.grant_invoke + l.ttl_secs as u64 * 1_000_000_000;
+        for &(invoke, complete, found) in &l.reads {
+            if invoke > put && complete < ttl_end && !found {
+                bad.push(format!(
+                    "{} was gone {} ms after its lease's grant began, before its TTL of {} s",
+                    l.key,
+                    (complete - l.grant_invoke) / 1_000_000,
+                    l.ttl_secs
+                ));
+            }
+        }
+    }
+    bad
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -239,7 +291,7 @@ mod tests {
         Op {
             client,
             call: Call::Put {
-                key: key.into(),
+                key: format!("{WORKLOAD_PREFIX}{key}"),
                 value: value.into(),
             },
             invoke: t.0,
@@ -251,7 +303,9 @@ mod tests {
     fn get(key: &str, t: (Nanos, Nanos), rev: i64, found: Option<(&str, i64)>) -> Op {
         Op {
             client: 9,
-            call: Call::Get { key: key.into() },
+            call: Call::Get {
+                key: format!("{WORKLOAD_PREFIX}{key}"),
+            },
             invoke: t.0,
             complete: t.1,
             outcome: Outcome::Get {
@@ -264,8 +318,9 @@ mod tests {
     fn ev(revision: i64, key: &str, value: &str) -> Event {
         Event {
             revision,
-            key: key.into(),
+            key: format!("{WORKLOAD_PREFIX}{key}"),
             value: value.into(),
+            deleted: false,
         }
     }
 
@@ -359,5 +414,38 @@ mod tests {
         let h = vec![ev(2, "b", "v2"), ev(3, "a", "v1")];
         let bad = check(&ops, &[h], 2);
         assert!(!bad.is_empty());
+    }
+
+    #[test]
+    fn other_keys_and_their_deletes_count_only_for_the_revision_sequence() {
+        let (ops, mut h) = good();
+        let lease = |revision, deleted| Event {
+            revision,
+            key: "lease/1".into(),
+            value: String::new(),
+            deleted,
+        };
+        h.push(lease(5, false));
+        h.push(lease(6, true));
+        assert_eq!(check(&ops, &[h.clone()], 2), Vec::<String>::new());
+        h.push(lease(8, true));
+        assert!(check(&ops, &[h], 2).iter().any(|b| b.contains("jumps")));
+    }
+
+    #[test]
+    fn a_lease_gone_before_its_ttl_is_found() {
+        let secs = 1_000_000_000;
+        let l = LeaseOp {
+            key: "lease/1".into(),
+            ttl_secs: 2,
+            grant_invoke: 0,
+            put_complete: Some(secs / 10),
+            // Found, then gone after 2.5 s (fine), but also gone at 1.5 s (not fine).
+            reads: vec![(secs / 2, secs, true), (2 * secs, 5 * secs / 2, false)],
+        };
+        assert!(check_leases(std::slice::from_ref(&l)).is_empty());
+        let mut early = l;
+        early.reads.push((secs, 3 * secs / 2, false));
+        assert_eq!(check_leases(&[early]).len(), 1);
     }
 }

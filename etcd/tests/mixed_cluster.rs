@@ -599,6 +599,12 @@ fn two_of_ours_and_one_etcd_agree_on_the_version_and_survive_kills_of_either_lea
         c.nodes[i].spawn(bin);
         c.nodes[i].wait_healthy(Duration::from_secs(30));
     }
+    // The cluster takes writes again after both kills: on a loaded machine that may take a
+    // while, so wait for the writes rather than for a fixed time.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while writer.acked_count() <= 100 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
     std::thread::sleep(Duration::from_millis(500));
     let acked = writer.finish();
     assert!(

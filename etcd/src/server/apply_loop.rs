@@ -46,6 +46,8 @@ pub struct ApplyLoop {
     pub snapshotter: Snapshotter,
     /// The index of this member's newest snapshot (its own or the leader's).
     pub snapshot_index: u64,
+    /// The cluster version last applied ("" while undecided), to log changes as etcd does.
+    pub cluster_version: String,
 }
 
 impl ApplyLoop {
@@ -149,8 +151,16 @@ impl ApplyLoop {
                     return false;
                 }
                 Effect::ClusterVersion(v) => {
-                    tracing::info!(cluster_version = %v, "set initial cluster version");
-                    tracing::info!(cluster_version = %v, "enabled capabilities for version");
+                    // The leader re-publishes the same version now and then: log changes only.
+                    if self.cluster_version.is_empty() {
+                        tracing::info!(cluster_version = %v, "set initial cluster version");
+                    } else if self.cluster_version != v {
+                        tracing::info!(from = %self.cluster_version, to = %v, "updated cluster version");
+                    }
+                    if self.cluster_version != v {
+                        tracing::info!(cluster_version = %v, "enabled capabilities for version");
+                        self.cluster_version = v;
+                    }
                 }
             }
         }

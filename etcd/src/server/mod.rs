@@ -62,6 +62,17 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// The cluster version recorded in the backend ("" before it is set).
+    fn cluster_version(&self) -> String {
+        self.kv
+            .backend()
+            .get(common::backend::buckets::CLUSTER, b"clusterVersion")
+            .ok()
+            .flatten()
+            .map(|v| String::from_utf8_lossy(&v).into_owned())
+            .unwrap_or_default()
+    }
+
     fn set_leader(&self, leader: u64, is_leader: bool) {
         let old = self.leader.swap(leader, Ordering::SeqCst);
         self.is_leader.store(is_leader, Ordering::SeqCst);
@@ -262,6 +273,7 @@ impl EtcdServer {
             transport: transport.clone(),
             snapshotter: common::snap::Snapshotter::new(shared.cfg.snap_dir()),
             snapshot_index: booted.snapshot_index,
+            cluster_version: shared.cluster_version(),
         };
         let apply_handle = spawn("apply-loop", Box::new(move || al.run()))?;
         let purge_cfg = shared.cfg.clone();
@@ -331,14 +343,7 @@ impl EtcdServer {
 
     /// The cluster version recorded in the backend ("" before it is set).
     pub fn cluster_version(&self) -> String {
-        self.shared
-            .kv
-            .backend()
-            .get(common::backend::buckets::CLUSTER, b"clusterVersion")
-            .ok()
-            .flatten()
-            .map(|v| String::from_utf8_lossy(&v).into_owned())
-            .unwrap_or_default()
+        self.shared.cluster_version()
     }
 
     pub fn transport(&self) -> &Arc<Transport> {

@@ -174,6 +174,42 @@ pub fn render(server: &EtcdServer) -> String {
         "gauge",
         in_use as f64,
     );
+    // etcd 3.4 exports the operation counters under both names.
+    let counts = server.kv().op_counts();
+    let load =
+        |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed) as f64;
+    for (name, help, c) in [
+        (
+            "range",
+            "Total number of ranges seen by this member.",
+            &counts.ranges,
+        ),
+        (
+            "put",
+            "Total number of puts seen by this member.",
+            &counts.puts,
+        ),
+        (
+            "delete",
+            "Total number of deletes seen by this member.",
+            &counts.deletes,
+        ),
+        (
+            "txn",
+            "Total number of txns seen by this member.",
+            &counts.txns,
+        ),
+    ] {
+        for prefix in ["etcd_mvcc", "etcd_debugging_mvcc"] {
+            e.single(&format!("{prefix}_{name}_total"), help, "counter", load(c));
+        }
+    }
+    e.single(
+        "etcd_debugging_mvcc_total_put_size_in_bytes",
+        "The total size of put kv pairs seen by this member.",
+        "gauge",
+        load(&counts.put_bytes),
+    );
     e.single(
         "etcd_debugging_mvcc_current_revision",
         "The current revision of store.",

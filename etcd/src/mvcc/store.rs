@@ -81,6 +81,44 @@ pub struct KvStore {
     on_compacted: Mutex<Option<CompactedHook>>,
     /// Synced watchers and the fan-out of each revision's events to them.
     hub: Arc<WatchHub>,
+    counts: OpCounts,
+}
+
+/// etcd's mvcc operation counters (etcd_mvcc_{range,put,delete,txn}_total and
+/// etcd_debugging_mvcc_total_put_size_in_bytes): writes count on every member that applies
+/// them, reads on the member that serves them.
+#[derive(Default)]
+pub struct OpCounts {
+    pub ranges: AtomicU64,
+    pub puts: AtomicU64,
+    pub deletes: AtomicU64,
+    pub txns: AtomicU64,
+    /// Key and value bytes of every put.
+    pub put_bytes: AtomicU64,
+}
+
+/// The operations of one transaction, added to `OpCounts` when it ends.
+#[derive(Default, Clone, Copy)]
+struct Tally {
+    ranges: u64,
+    puts: u64,
+    deletes: u64,
+    put_bytes: u64,
+}
+
+impl OpCounts {
+    /// As etcd counts: each operation by its kind (a compare is a range), and the
+    /// transaction itself only when it did more than one.
+    fn record(&self, t: Tally) {
+        let r = Ordering::Relaxed;
+        self.ranges.fetch_add(t.ranges, r);
+        self.puts.fetch_add(t.puts, r);
+        self.deletes.fetch_add(t.deletes, r);
+        self.put_bytes.fetch_add(t.put_bytes, r);
+        if t.ranges + t.puts + t.deletes > 1 {
+            self.txns.fetch_add(1, r);
+        }
+    }
 }
 
 /// Revisions kept in `Recent` at most, and their approximate bytes.
@@ -258,6 +296,7 @@ impl KvStore {
             generation: AtomicU64::new(0),
             on_compacted: Mutex::new(None),
             hub: hub.clone(),
+            counts: OpCounts::default(),
         });
         compaction::spawn_worker(Arc::downgrade(&store), jobs);
         watch_hub::spawn_dispatcher(Arc::downgrade(&store), hub);
@@ -341,7 +380,13 @@ impl KvStore {
 
     /// Keys of `range` as of `rev` (0 = now), at most `limit` (0 = all); `count` counts all.
     pub fn range(&self, range: KeyRange<'_>, rev: i64, limit: usize) -> Result<RangeResult> {
+        self.counts.ranges.fetch_add(1, Ordering::Relaxed);
         self.read_view().range(range, rev, limit)
+    }
+
+    /// The operation counters for /metrics.
+    pub fn op_counts(&self) -> &OpCounts {
+        &self.counts
     }
 
     /// A consistent read of the store as of its current revision, taking no writer's lock:
@@ -350,6 +395,7 @@ impl KvStore {
         ReadView {
             store: self,
             rev: self.current_rev(),
+            tally: Tally::default(),
         }
     }
 
@@ -536,6 +582,7 @@ impl KvStore {
             sub: 0,
             events: Vec::new(),
             compact_to: None,
+            tally: Tally::default(),
         }
     }
 
@@ -657,6 +704,14 @@ impl Drop for KvStore {
 pub struct ReadView<'a> {
     store: &'a KvStore,
     rev: i64,
+    /// A read-only Txn's compares and ranges.
+    tally: Tally,
+}
+
+impl Drop for ReadView<'_> {
+    fn drop(&mut self) {
+        self.store.counts.record(self.tally);
+    }
 }
 
 impl ReadView<'_> {
@@ -688,12 +743,14 @@ pub trait TxnRead {
 
 impl TxnRead for ReadView<'_> {
     fn txn_range(&mut self, range: KeyRange<'_>, rev: i64, limit: usize) -> Result<RangeResult> {
+        self.tally.ranges += 1;
         self.range(range, rev, limit)
     }
 }
 
 impl TxnRead for WriteTxn<'_> {
     fn txn_range(&mut self, range: KeyRange<'_>, rev: i64, limit: usize) -> Result<RangeResult> {
+        self.tally.ranges += 1;
         self.range(range, rev, limit)
     }
 }
@@ -710,6 +767,7 @@ pub struct WriteTxn<'a> {
     events: Vec<Event>,
     /// A compaction this transaction schedules (started once the transaction ends).
     compact_to: Option<i64>,
+    tally: Tally,
 }
 
 impl<'a> WriteTxn<'a> {
@@ -776,6 +834,8 @@ impl<'a> WriteTxn<'a> {
 
     /// Writes `key` = `value` with `lease`; returns the previous key-value if there was one.
     pub fn put(&mut self, key: &[u8], value: &[u8], lease: i64) -> Result<Option<KeyValue>> {
+        self.tally.puts += 1;
+        self.tally.put_bytes += (key.len() + value.len()) as u64;
         let prev = self.get(key)?;
         let rev = Revision::new(self.rev(), self.sub);
         let (created, version) = match &prev {
@@ -805,6 +865,7 @@ impl<'a> WriteTxn<'a> {
 
     /// Deletes the keys of `range` alive now; returns the deleted key-values.
     pub fn delete_range(&mut self, range: KeyRange<'_>) -> Result<Vec<KeyValue>> {
+        self.tally.deletes += 1;
         let cur = self.read_rev();
         let victims: Vec<(Vec<u8>, Revision)> = {
             let st = self.store.state();
@@ -874,6 +935,7 @@ impl<'a> WriteTxn<'a> {
     /// is stored in the same atomic group, and the changes become the current revision.
     /// Returns the events for watchers and the store's revision afterwards.
     pub fn end(mut self, index: u64, term: u64) -> Result<(Arc<Vec<Event>>, i64)> {
+        self.store.counts.record(self.tally);
         let g = self.group();
         g.put(buckets::META, CONSISTENT_INDEX_KEY, &index.to_be_bytes());
         g.put(buckets::META, TERM_KEY, &term.to_be_bytes());

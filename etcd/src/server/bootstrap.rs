@@ -610,7 +610,11 @@ pub fn leases_of(cfg: &Config, kv: &KvStore) -> Lessor {
             lessor.grant(l.id, l.ttl);
         }
     }
-    if let Ok(all) = kv.range(crate::mvcc::KeyRange::new(b"\0", b"\0"), 0, 0) {
+    // Through a read view: the server's own read is not a client's range in /metrics.
+    if let Ok(all) = kv
+        .read_view()
+        .range(crate::mvcc::KeyRange::new(b"\0", b"\0"), 0, 0)
+    {
         for k in all.kvs.iter().filter(|k| k.lease != 0) {
             lessor.attach(k.lease, &k.key);
         }

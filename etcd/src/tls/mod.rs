@@ -150,7 +150,15 @@ impl TlsServer {
             let verifier = vb
                 .build()
                 .map_err(|e| format!("TLS client verification setup: {e}"))?;
-            builder.with_client_cert_verifier(verifier)
+            if info.allowed_cn.is_empty() && info.allowed_hostname.is_empty() {
+                builder.with_client_cert_verifier(verifier)
+            } else {
+                builder.with_client_cert_verifier(Arc::new(AllowedNames {
+                    inner: verifier,
+                    cn: info.allowed_cn.clone(),
+                    hostname: info.allowed_hostname.clone(),
+                }))
+            }
         } else {
             builder.with_no_client_auth()
         };
@@ -211,6 +219,80 @@ impl TlsServer {
             ));
         }
         Ok((stream, cn))
+    }
+}
+
+/// --peer-cert-allowed-cn / --*-cert-allowed-hostname checked inside the handshake, after the
+/// chain: a certificate with another CN or host name gets the bad_certificate alert, as
+/// etcd's peers do (accept() checks again for listeners without client certificates).
+#[derive(Debug)]
+struct AllowedNames {
+    inner: Arc<dyn rustls::server::danger::ClientCertVerifier>,
+    cn: String,
+    hostname: String,
+}
+
+impl rustls::server::danger::ClientCertVerifier for AllowedNames {
+    fn offer_client_auth(&self) -> bool {
+        self.inner.offer_client_auth()
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        self.inner.client_auth_mandatory()
+    }
+
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        self.inner.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: rustls_pki_types::UnixTime,
+    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
+        let ok = self
+            .inner
+            .verify_client_cert(end_entity, intermediates, now)?;
+        let (cn, names) = cert_names(end_entity);
+        let cn_ok = self.cn.is_empty() || cn.as_deref() == Some(self.cn.as_str());
+        let host_ok = self.hostname.is_empty() || names.contains(&self.hostname);
+        if cn_ok && host_ok {
+            Ok(ok)
+        } else {
+            tracing::warn!(
+                cn = cn.unwrap_or_default(),
+                names = ?names,
+                allowed_cn = %self.cn,
+                allowed_hostname = %self.hostname,
+                "rejected connection: the certificate is not for the allowed CN or host name"
+            );
+            Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::NotValidForName,
+            ))
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.inner.supported_verify_schemes()
     }
 }
 

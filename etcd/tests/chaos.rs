@@ -399,35 +399,17 @@ fn replace_member(c: &mut Cluster, leader: usize, i: usize) {
         "--learner",
         &format!("--peer-urls={}", c.nodes[i].advertise_peer),
     ]);
-    let ic = added
-        .lines()
-        .find_map(|l| l.strip_prefix("ETCD_INITIAL_CLUSTER=\""))
-        .and_then(|l| l.strip_suffix('"'))
-        .expect("ETCD_INITIAL_CLUSTER line")
-        .to_string();
-    c.nodes[i].initial_cluster = ic;
+    let added = cluster_support::parse_member_add(&added);
+    c.nodes[i].initial_cluster = added.initial_cluster;
     c.nodes[i].state = "existing";
     c.nodes[i].spawn(OURS);
-    // "Member <id> added to cluster <cid>": not yet started, the member list has no name.
-    let new_id = added
-        .split_whitespace()
-        .nth(1)
-        .expect("member add names the new member")
-        .to_string();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let out = c.nodes[leader].etcdctl(&["member", "promote", &new_id]);
-        if out.status.success() {
-            break;
-        }
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            Instant::now() < deadline,
-            "the learner {name} was never promoted: {err}\n{}",
-            c.nodes[i].log_tail(10)
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    // Under load a request may also time out or meet a leader change: try again.
+    cluster_support::promote_when_ready(
+        &c.nodes[leader],
+        &added.id,
+        Duration::from_secs(60),
+        &["timed out", "leader changed", "no leader"],
+    );
 }
 
 const FAULTS: &[&str] = &[

@@ -305,12 +305,7 @@ fn add_member(c: &Cluster, via: usize, new: &mut Node, bin: &str, learner: bool)
         );
         std::thread::sleep(Duration::from_millis(500));
     };
-    new.initial_cluster = added
-        .lines()
-        .find_map(|l| l.strip_prefix("ETCD_INITIAL_CLUSTER=\""))
-        .and_then(|l| l.strip_suffix('"'))
-        .expect("ETCD_INITIAL_CLUSTER line")
-        .to_string();
+    new.initial_cluster = cluster_support::parse_member_add(&added).initial_cluster;
     new.state = "existing";
     new.extra = FAST.iter().map(|s| s.to_string()).collect();
     new.spawn(bin);
@@ -319,17 +314,7 @@ fn add_member(c: &Cluster, via: usize, new: &mut Node, bin: &str, learner: bool)
 /// Promotes learner `name` once it has caught up (refused before, with etcd's error).
 fn promote(c: &Cluster, via: usize, name: &str) {
     let id = c.member_id_hex(name);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let out = c.nodes[via].etcdctl(&["member", "promote", &id]);
-        if out.status.success() {
-            return;
-        }
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("in sync with leader"), "promote failed: {err}");
-        assert!(Instant::now() < deadline, "learner {name} never caught up");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    cluster_support::promote_when_ready(&c.nodes[via], &id, Duration::from_secs(20), &[]);
 }
 
 #[test]

@@ -163,13 +163,7 @@ fn learner_added_promoted_and_old_member_removed_under_writes() {
         added.contains("ETCD_INITIAL_CLUSTER_STATE=\"existing\""),
         "{added}"
     );
-    let ic = added
-        .lines()
-        .find_map(|l| l.strip_prefix("ETCD_INITIAL_CLUSTER=\""))
-        .and_then(|l| l.strip_suffix('"'))
-        .expect("ETCD_INITIAL_CLUSTER line")
-        .to_string();
-    new.initial_cluster = ic;
+    new.initial_cluster = cluster_support::parse_member_add(&added).initial_cluster;
     new.state = "existing";
     new.extra = FAST.iter().map(|s| s.to_string()).collect();
     new.spawn(OURS);
@@ -205,17 +199,7 @@ fn learner_added_promoted_and_old_member_removed_under_writes() {
     );
 
     // Promote once it has caught up (etcd refuses before, with its error).
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let out = c.nodes[1].etcdctl(&["member", "promote", &id4]);
-        if out.status.success() {
-            break;
-        }
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("in sync with leader"), "promote failed: {err}");
-        assert!(Instant::now() < deadline, "the learner never caught up");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    cluster_support::promote_when_ready(&c.nodes[1], &id4, Duration::from_secs(15), &[]);
     // Remove the first member; it stops, and the cluster goes on with 3 voters.
     let id1 = c.member_id_hex("m1");
     c.nodes[2].etcdctl_ok(&["member", "remove", &id1]);

@@ -596,3 +596,52 @@ pub fn assert_all_present(node: &Node, prefix: &str, acked: &[String]) {
         &missing[..missing.len().min(5)]
     );
 }
+
+/// What `etcdctl member add` printed: the new member's ID (hex) and the --initial-cluster to
+/// start it with.
+pub struct Added {
+    pub id: String,
+    pub initial_cluster: String,
+}
+
+/// Parses `member add`'s output ("Member <id> added to cluster <cid>", then ETCD_* lines).
+pub fn parse_member_add(out: &str) -> Added {
+    let id = out
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or_else(|| panic!("no member ID in {out:?}"))
+        .to_string();
+    let initial_cluster = out
+        .lines()
+        .find_map(|l| l.strip_prefix("ETCD_INITIAL_CLUSTER=\""))
+        .and_then(|l| l.strip_suffix('"'))
+        .unwrap_or_else(|| panic!("no ETCD_INITIAL_CLUSTER line in {out:?}"))
+        .to_string();
+    Added {
+        id,
+        initial_cluster,
+    }
+}
+
+/// Promotes learner `id` through `via` once it has caught up (until then etcd refuses: the
+/// learner is not in sync with the leader); other errors are retried only when they contain
+/// one of `also_retry`; panics after `within`.
+pub fn promote_when_ready(via: &Node, id: &str, within: Duration, also_retry: &[&str]) {
+    let deadline = Instant::now() + within;
+    loop {
+        let out = via.etcdctl(&["member", "promote", id]);
+        if out.status.success() {
+            return;
+        }
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("in sync with leader") || also_retry.iter().any(|e| err.contains(e)),
+            "promote failed: {err}"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "learner {id} never caught up within {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

@@ -347,9 +347,25 @@ impl<'t> Cursor<'t> {
         }
     }
 
+    /// How many leaves one step may pass over: more leaves than the file has pages means a page
+    /// is reached by more than one path (a corrupt tree shaped as a DAG, whose paths can be
+    /// exponentially many), not that the tree is large.
+    fn leaf_budget(&self) -> u64 {
+        self.ctx.hwm.saturating_add(MAX_DEPTH as u64)
+    }
+
+    fn dag_error(&self) -> Error {
+        corrupt(
+            self.stack.last().map_or(0, |(v, _)| v.pgid()),
+            "more empty leaves than pages in one step: a page is reached by two paths",
+        )
+    }
+
     /// Moves to the first entry of the next non-empty leaf; false when there is none.
     fn next_leaf(&mut self) -> Result<bool> {
+        let mut budget = self.leaf_budget();
         loop {
+            budget = budget.checked_sub(1).ok_or_else(|| self.dag_error())?;
             self.stack.pop();
             loop {
                 match self.stack.last_mut() {
@@ -379,7 +395,9 @@ impl<'t> Cursor<'t> {
     }
 
     fn prev_leaf(&mut self) -> Result<bool> {
+        let mut budget = self.leaf_budget();
         loop {
+            budget = budget.checked_sub(1).ok_or_else(|| self.dag_error())?;
             self.stack.pop();
             loop {
                 match self.stack.last_mut() {
@@ -449,24 +467,64 @@ impl<'t> Cursor<'t> {
             return Ok(None);
         };
         *i += 1;
-        if *i >= v.len() && !self.next_leaf()? {
+        if *i < v.len() {
+            return self.current();
+        }
+        let (v, i) = (*v, *i);
+        // The key we leave: the next leaf must start after it. Any leaf reached twice (a tree
+        // whose branches share a child) repeats its keys, so it is refused on its second
+        // visit and a walk never takes more steps than the file has keys.
+        let left = match i.checked_sub(1) {
+            Some(j) if v.is_leaf() && j < v.len() => Some(v.leaf(j)?.1),
+            _ => None,
+        };
+        if !self.next_leaf()? {
             return Ok(None);
         }
-        self.current()
+        let cur = self.current()?;
+        self.check_order(left, cur, true)?;
+        Ok(cur)
     }
 
     pub(crate) fn prev_raw(&mut self) -> Result<Option<(u32, Entry<'t>)>> {
-        let Some((_, i)) = self.stack.last_mut() else {
+        let Some((v, i)) = self.stack.last_mut() else {
             return Ok(None);
         };
         if *i > 0 {
             *i -= 1;
             return self.current();
         }
+        let v = *v;
+        let left = if v.is_leaf() && v.len() > 0 {
+            Some(v.leaf(0)?.1)
+        } else {
+            None
+        };
         if !self.prev_leaf()? {
             return Ok(None);
         }
-        self.current()
+        let cur = self.current()?;
+        self.check_order(left, cur, false)?;
+        Ok(cur)
+    }
+
+    /// After a step into another leaf: its key must be beyond the one we left.
+    fn check_order(
+        &self,
+        left: Option<&[u8]>,
+        cur: Option<(u32, Entry<'t>)>,
+        forward: bool,
+    ) -> Result<()> {
+        if let (Some(l), Some((_, (k, _)))) = (left, cur) {
+            let ord = key_cmp(k, l);
+            if (forward && !ord.is_gt()) || (!forward && !ord.is_lt()) {
+                return Err(corrupt(
+                    self.stack.last().map_or(0, |(v, _)| v.pgid()),
+                    "keys do not follow the previous leaf's: a page is reached by two paths or misplaced",
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Moves to the first key.

@@ -62,6 +62,9 @@ mod tests {
         assert!(is_valid_seq(&names));
         assert!(!is_valid_seq(&[wal_name(0, 0), wal_name(2, 5)]));
         // Two segments at the largest sequence number: no overflow, just not a sequence.
-        assert!(!is_valid_seq(&[wal_name(u64::MAX, 0), wal_name(u64::MAX, 1)]));
+        assert!(!is_valid_seq(&[
+            wal_name(u64::MAX, 0),
+            wal_name(u64::MAX, 1)
+        ]));
     }
 }

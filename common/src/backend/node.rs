@@ -1,6 +1,8 @@
 // The B+tree itself: read-only views over mapped pages or in-memory nodes, the ordered cursor,
 // and the copy-on-write write path (materialize, put, delete, rebalance, spill into new pages).
 
+use std::collections::HashSet;
+
 use super::error::{Error, Result, corrupt, show};
 use super::freelist::Freelist;
 use super::page::{
@@ -643,33 +645,49 @@ pub fn free_tree(
     freed: &mut Vec<(u64, u64)>,
     depth: usize,
 ) -> Result<()> {
+    free_subtree(c, ctx, freed, &mut HashSet::new(), depth)
+}
+
+/// `seen`: the pages freed by this call. A page reached twice (branches sharing a child) is
+/// corruption: freeing it twice would hand it out twice, and walking such a DAG path by path
+/// takes exponential time and memory.
+fn free_subtree(
+    c: &Child,
+    ctx: &Ctx<'_>,
+    freed: &mut Vec<(u64, u64)>,
+    seen: &mut HashSet<u64>,
+    depth: usize,
+) -> Result<()> {
     if depth > MAX_DEPTH {
         return Err(corrupt(0, format!("tree deeper than {MAX_DEPTH} levels")));
     }
     match c {
         Child::Page(pgid) => {
+            if !seen.insert(*pgid) {
+                return Err(corrupt(*pgid, "page is reached twice in the freed tree"));
+            }
             let bytes = page_bytes(ctx.map, ctx.page_size, ctx.hwm, *pgid)?;
             let p = NodePage::parse(*pgid, bytes)?;
             freed.push((*pgid, (bytes.len() / ctx.page_size) as u64));
             for i in 0..p.count {
                 if p.leaf {
                     let (flags, _, v) = p.leaf_elem(i)?;
-                    free_nested(flags, v, *pgid, ctx, freed, depth)?;
+                    free_nested(flags, v, *pgid, ctx, freed, seen, depth)?;
                 } else {
                     let (_, child) = p.branch_elem(i)?;
-                    free_tree(&Child::Page(child), ctx, freed, depth + 1)?;
+                    free_subtree(&Child::Page(child), ctx, freed, seen, depth + 1)?;
                 }
             }
         }
         Child::Mem(n) => match &**n {
             Node::Branch(v) => {
                 for e in v {
-                    free_tree(&e.child, ctx, freed, depth + 1)?;
+                    free_subtree(&e.child, ctx, freed, seen, depth + 1)?;
                 }
             }
             Node::Leaf(v) => {
                 for e in v {
-                    free_nested(e.flags, e.value(), 0, ctx, freed, depth)?;
+                    free_nested(e.flags, e.value(), 0, ctx, freed, seen, depth)?;
                 }
             }
         },
@@ -684,6 +702,7 @@ fn free_nested(
     at: u64,
     ctx: &Ctx<'_>,
     freed: &mut Vec<(u64, u64)>,
+    seen: &mut HashSet<u64>,
     depth: usize,
 ) -> Result<()> {
     if !is_bucket(flags) {
@@ -697,7 +716,7 @@ fn free_nested(
     }
     match super::page::u64_at(value, 0) {
         0 => Ok(()),
-        root => free_tree(&Child::Page(root), ctx, freed, depth + 1),
+        root => free_subtree(&Child::Page(root), ctx, freed, seen, depth + 1),
     }
 }
 

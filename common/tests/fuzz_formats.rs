@@ -1028,9 +1028,15 @@ fn bucket_value(root: u64) -> Vec<u8> {
     v
 }
 
-/// A db image: two metas naming `root` (no persisted freelist, as etcd writes), then `pages`
-/// from page 2 on.
-fn craft_db(root: u64, pages: &[Vec<u8>]) -> Vec<u8> {
+/// A db image: two metas naming `root`, then `pages` from page 2 on, then (with `freelist`) an
+/// empty freelist page; without it the metas say it is not persisted, as etcd writes.
+fn craft_db(root: u64, pages: &[Vec<u8>], freelist: bool) -> Vec<u8> {
+    let mut pages = pages.to_vec();
+    let mut freelist_id = u64::MAX;
+    if freelist {
+        freelist_id = 2 + pages.len() as u64;
+        pages.push(page_header(freelist_id, 0x10, 0));
+    }
     let n = 2 + pages.len() as u64;
     let mut out = Vec::new();
     for slot in 0..2u64 {
@@ -1040,14 +1046,14 @@ fn craft_db(root: u64, pages: &[Vec<u8>]) -> Vec<u8> {
         m[4..8].copy_from_slice(&2u32.to_le_bytes());
         m[8..12].copy_from_slice(&(PAGE as u32).to_le_bytes());
         m[16..24].copy_from_slice(&root.to_le_bytes());
-        m[32..40].copy_from_slice(&u64::MAX.to_le_bytes());
+        m[32..40].copy_from_slice(&freelist_id.to_le_bytes());
         m[40..48].copy_from_slice(&n.to_le_bytes());
         m[48..56].copy_from_slice(&slot.to_le_bytes());
         let sum = fnv1a64(&m[..56]);
         m[56..64].copy_from_slice(&sum.to_le_bytes());
         out.extend_from_slice(&p);
     }
-    for p in pages {
+    for p in &pages {
         out.extend_from_slice(p);
     }
     out
@@ -1055,7 +1061,7 @@ fn craft_db(root: u64, pages: &[Vec<u8>]) -> Vec<u8> {
 
 /// Bucket "b" whose tree is `levels` branch pages of 200 elements, each pointing 200 times at
 /// the next, above one leaf: 200^levels paths through a handful of pages.
-fn dag_db(levels: u64, leaf: &[(u32, &[u8], &[u8])]) -> Vec<u8> {
+fn dag_db(levels: u64, leaf: &[(u32, &[u8], &[u8])], freelist: bool) -> Vec<u8> {
     let mut pages = vec![leaf_page(2, &[(1, b"b", &bucket_value(3))])];
     for l in 0..levels {
         let id = 3 + l;
@@ -1063,7 +1069,7 @@ fn dag_db(levels: u64, leaf: &[(u32, &[u8], &[u8])]) -> Vec<u8> {
         pages.push(branch_page(id, &elems));
     }
     pages.push(leaf_page(3 + levels, leaf));
-    craft_db(2, &pages)
+    craft_db(2, &pages, freelist)
 }
 
 /// Opens `bytes` read-only and runs `f` on it under the watchdog.
@@ -1081,7 +1087,7 @@ fn on_crafted_db(what: &str, bytes: Vec<u8>, f: impl FnOnce(&Db) + Send + 'stati
 #[test]
 fn crafted_db_reads_back() {
     // Sanity of the builder: one branch level, read as a tree.
-    let bytes = dag_db(0, &[(0, b"k1", b"v1"), (0, b"k2", b"v2")]);
+    let bytes = dag_db(0, &[(0, b"k1", b"v1"), (0, b"k2", b"v2")], true);
     on_crafted_db("crafted", bytes, |db| {
         db.check().unwrap();
         let tx = db.begin_read();
@@ -1093,7 +1099,7 @@ fn crafted_db_reads_back() {
 /// Now the second visit of a leaf is a corrupt-page error: its keys do not increase.
 #[test]
 fn dag_of_branch_pages_is_an_error_not_a_hang() {
-    let bytes = dag_db(6, &[(0, b"k1", b"v1"), (0, b"k2", b"v2")]);
+    let bytes = dag_db(6, &[(0, b"k1", b"v1"), (0, b"k2", b"v2")], false);
     on_crafted_db("dag", bytes.clone(), |db| {
         let tx = db.begin_read();
         let mut c = tx.cursor(b"b").unwrap();
@@ -1123,7 +1129,7 @@ fn dag_of_branch_pages_is_an_error_not_a_hang() {
 /// Bug: the same DAG over an empty leaf: `first()` skipped empty leaves one path at a time.
 #[test]
 fn dag_over_an_empty_leaf_is_an_error_not_a_hang() {
-    let bytes = dag_db(6, &[]);
+    let bytes = dag_db(6, &[], false);
     on_crafted_db("dag-empty", bytes, |db| {
         let tx = db.begin_read();
         let mut c = tx.cursor(b"b").unwrap();
@@ -1131,6 +1137,25 @@ fn dag_over_an_empty_leaf_is_an_error_not_a_hang() {
         assert!(c.last().is_err());
         assert!(c.seek(b"a").is_err());
         assert!(tx.for_each(b"b", &mut |_, _| Ok(())).is_err());
+    });
+}
+
+/// Bug: deleting a bucket freed its tree path by path, so a DAG of branch pages pushed every
+/// path's pages onto the freed list (200^3 entries, 128 MiB, for 3 levels; 200^6 never ends)
+/// and freed shared pages many times. Now a page reached twice is a corrupt-page error.
+#[test]
+fn deleting_a_bucket_whose_tree_is_a_dag_is_an_error() {
+    // A persisted freelist: the writable open does not walk the trees (which would refuse it).
+    let bytes = dag_db(3, &[(0, b"k1", b"v1")], true);
+    let input = bytes.len();
+    guarded("dag-delete", input, move || {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("db");
+        fs::write(&path, &bytes).unwrap();
+        let db = Db::open(&path).unwrap();
+        let mut tx = db.begin_write().unwrap();
+        let e = tx.delete_bucket(b"b").unwrap_err().to_string();
+        assert!(e.contains("reached twice"), "{e}");
     });
 }
 
@@ -1145,7 +1170,7 @@ fn chain_of_nested_buckets_is_an_error_not_a_stack_overflow() {
         pages.push(leaf_page(id, &[(1, b"n", &bucket_value(id + 1))]));
     }
     pages.push(leaf_page(2 + CHAIN, &[]));
-    let bytes = craft_db(2, &pages);
+    let bytes = craft_db(2, &pages, false);
     on_crafted_db("nested", bytes, |db| {
         assert!(db.check().is_err());
         assert!(db.stats().is_err());

@@ -9,7 +9,7 @@
 // `alloc_bound` derives from the input's size. Errors are the expected outcome.
 //
 // The default case counts (768 WAL dirs, 2048 .snap files, 768 per db fixture) run the whole
-// file in about 10 s in a test build on 2 cores. PROPTEST_CASES sets every count, for a long
+// file in 10-15 s in a test build on 2 cores. PROPTEST_CASES sets every count, for a long
 // run: `PROPTEST_CASES=20000 cargo test -p common --test fuzz_formats`. A failure is shrunk
 // and its seed saved in common/proptest-regressions/fuzz_formats.txt (commit it: those cases
 // run first every time); each bug also gets a named test below with its minimal input.

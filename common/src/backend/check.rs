@@ -50,21 +50,29 @@ struct Walk<'a> {
 
 impl Walk<'_> {
     /// Visits a tree; verifies ids, flags, bounds, key order, depth; counts into `st`.
+    /// `depth` is the level within this bucket's tree (for the stats); `level` counts nested
+    /// buckets too, so that a chain of buckets one page each cannot recurse once per page.
     fn tree(
         &mut self,
         root: ChildRef<'_>,
         st: &mut BucketStats,
         root_tree: bool,
         depth: usize,
+        level: usize,
     ) -> Result<()> {
+        if level > MAX_DEPTH {
+            let pgid = match root {
+                ChildRef::Page(p) => p,
+                ChildRef::Inline(p) => p.pgid,
+                ChildRef::Mem(_) => 0,
+            };
+            return Err(corrupt(
+                pgid,
+                format!("trees and nested buckets deeper than {MAX_DEPTH} levels"),
+            ));
+        }
         let (p, pgid) = match root {
             ChildRef::Page(pgid) => {
-                if depth > MAX_DEPTH {
-                    return Err(corrupt(
-                        pgid,
-                        format!("tree deeper than {MAX_DEPTH} levels"),
-                    ));
-                }
                 let bytes = page_bytes(self.ctx.map, self.ctx.page_size, self.ctx.hwm, pgid)?;
                 let n = (bytes.len() / self.ctx.page_size) as u64;
                 for id in pgid..pgid + n {
@@ -129,7 +137,7 @@ impl Walk<'_> {
                     } else {
                         ChildRef::Page(broot)
                     };
-                    self.tree(child, &mut bs, false, 0)?;
+                    self.tree(child, &mut bs, false, 0, level + 1)?;
                     if root_tree {
                         self.buckets.push(bs);
                     } else {
@@ -159,7 +167,7 @@ impl Walk<'_> {
                         format!("first key sorts before its branch key in page {pgid}"),
                     ));
                 }
-                self.tree(ChildRef::Page(child), st, root_tree, depth + 1)?;
+                self.tree(ChildRef::Page(child), st, root_tree, depth + 1, level + 1)?;
             }
         }
         Ok(())
@@ -178,7 +186,7 @@ fn walk(tx: &ReadTx) -> Result<(Walk<'_>, BucketStats)> {
     w.used[0] = true;
     w.used[1] = true;
     let mut root = BucketStats::default();
-    w.tree(ChildRef::Page(tx.meta.root), &mut root, true, 0)?;
+    w.tree(ChildRef::Page(tx.meta.root), &mut root, true, 0, 0)?;
     Ok((w, root))
 }
 

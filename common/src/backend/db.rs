@@ -421,6 +421,13 @@ impl Db {
             let min = v.readers.keys().next().copied().unwrap_or(u64::MAX);
             (v.meta, v.map.clone(), min.min(v.meta.txid))
         };
+        // The txid comes from the file: a damaged meta can leave no number for the commit.
+        if meta.txid == u64::MAX {
+            return Err(Error::TxidExhausted {
+                path: self.shared.path.clone(),
+                txid: meta.txid,
+            });
+        }
         writer.freelist.release_up_to(min_reader);
         Ok(WriteTx {
             shared: &self.shared,
@@ -444,7 +451,10 @@ impl Db {
         }
         // Never overwrite the current meta in place: a torn write must leave one valid meta.
         meta.txid = if txid % 2 == meta.txid % 2 {
-            txid + 1
+            txid.checked_add(1).ok_or_else(|| Error::TxidExhausted {
+                path: shared.path.clone(),
+                txid,
+            })?
         } else {
             txid
         };

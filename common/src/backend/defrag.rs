@@ -61,7 +61,12 @@ impl Db {
             )?;
             copy_all(&src, &dst)?;
             // Txids keep increasing across the swap, as readers and callers expect.
-            dst.bump_txid(src.txid() + 1)?;
+            let txid = src.txid();
+            let next = txid.checked_add(1).ok_or_else(|| Error::TxidExhausted {
+                path: path.clone(),
+                txid,
+            })?;
+            dst.bump_txid(next)?;
         }
         std::fs::rename(&tmp, &path).map_err(io(&path, "rename defragmented file"))?;
         if let Some(dir) = path.parent() {

@@ -44,6 +44,10 @@ pub enum Error {
     ValueTooLarge(usize),
     #[error("the database was opened read-only; writes are refused")]
     ReadOnly,
+    #[error(
+        "{path}: txid {txid} is the largest possible, no transaction can follow it; restore from a snapshot"
+    )]
+    TxidExhausted { path: PathBuf, txid: u64 },
     #[error("an earlier commit failed half-way ({0}); close and re-open the database")]
     Poisoned(String),
 }

@@ -34,7 +34,10 @@ impl Freelist {
     /// Makes free the pages freed by commits no open reader can see any more: a reader of
     /// version R may reach pages freed by commit T only when R < T.
     pub fn release_up_to(&mut self, min_reader_txid: u64) {
-        let keep = self.pending.split_off(&(min_reader_txid + 1));
+        let keep = match min_reader_txid.checked_add(1) {
+            Some(first_kept) => self.pending.split_off(&first_kept),
+            None => BTreeMap::new(),
+        };
         for ids in std::mem::replace(&mut self.pending, keep).into_values() {
             self.free.extend(ids);
         }
@@ -160,6 +163,14 @@ mod tests {
         assert_eq!(f.allocate(1), None);
         f.release_up_to(5);
         assert_eq!(f.allocate(2), Some(10));
+    }
+
+    #[test]
+    fn release_at_the_largest_txid_does_not_overflow() {
+        let mut f = Freelist::default();
+        f.free_run(u64::MAX, 10, 1);
+        f.release_up_to(u64::MAX);
+        assert_eq!(f.allocate(1), Some(10));
     }
 
     #[test]

@@ -1,6 +1,8 @@
 // The B+tree itself: read-only views over mapped pages or in-memory nodes, the ordered cursor,
 // and the copy-on-write write path (materialize, put, delete, rebalance, spill into new pages).
 
+use std::collections::HashSet;
+
 use super::error::{Error, Result, corrupt, show};
 use super::freelist::Freelist;
 use super::page::{
@@ -347,9 +349,25 @@ impl<'t> Cursor<'t> {
         }
     }
 
+    /// How many leaves one step may pass over: more leaves than the file has pages means a page
+    /// is reached by more than one path (a corrupt tree shaped as a DAG, whose paths can be
+    /// exponentially many), not that the tree is large.
+    fn leaf_budget(&self) -> u64 {
+        self.ctx.hwm.saturating_add(MAX_DEPTH as u64)
+    }
+
+    fn dag_error(&self) -> Error {
+        corrupt(
+            self.stack.last().map_or(0, |(v, _)| v.pgid()),
+            "more empty leaves than pages in one step: a page is reached by two paths",
+        )
+    }
+
     /// Moves to the first entry of the next non-empty leaf; false when there is none.
     fn next_leaf(&mut self) -> Result<bool> {
+        let mut budget = self.leaf_budget();
         loop {
+            budget = budget.checked_sub(1).ok_or_else(|| self.dag_error())?;
             self.stack.pop();
             loop {
                 match self.stack.last_mut() {
@@ -379,7 +397,9 @@ impl<'t> Cursor<'t> {
     }
 
     fn prev_leaf(&mut self) -> Result<bool> {
+        let mut budget = self.leaf_budget();
         loop {
+            budget = budget.checked_sub(1).ok_or_else(|| self.dag_error())?;
             self.stack.pop();
             loop {
                 match self.stack.last_mut() {
@@ -449,24 +469,64 @@ impl<'t> Cursor<'t> {
             return Ok(None);
         };
         *i += 1;
-        if *i >= v.len() && !self.next_leaf()? {
+        if *i < v.len() {
+            return self.current();
+        }
+        let (v, i) = (*v, *i);
+        // The key we leave: the next leaf must start after it. Any leaf reached twice (a tree
+        // whose branches share a child) repeats its keys, so it is refused on its second
+        // visit and a walk never takes more steps than the file has keys.
+        let left = match i.checked_sub(1) {
+            Some(j) if v.is_leaf() && j < v.len() => Some(v.leaf(j)?.1),
+            _ => None,
+        };
+        if !self.next_leaf()? {
             return Ok(None);
         }
-        self.current()
+        let cur = self.current()?;
+        self.check_order(left, cur, true)?;
+        Ok(cur)
     }
 
     pub(crate) fn prev_raw(&mut self) -> Result<Option<(u32, Entry<'t>)>> {
-        let Some((_, i)) = self.stack.last_mut() else {
+        let Some((v, i)) = self.stack.last_mut() else {
             return Ok(None);
         };
         if *i > 0 {
             *i -= 1;
             return self.current();
         }
+        let v = *v;
+        let left = if v.is_leaf() && v.len() > 0 {
+            Some(v.leaf(0)?.1)
+        } else {
+            None
+        };
         if !self.prev_leaf()? {
             return Ok(None);
         }
-        self.current()
+        let cur = self.current()?;
+        self.check_order(left, cur, false)?;
+        Ok(cur)
+    }
+
+    /// After a step into another leaf: its key must be beyond the one we left.
+    fn check_order(
+        &self,
+        left: Option<&[u8]>,
+        cur: Option<(u32, Entry<'t>)>,
+        forward: bool,
+    ) -> Result<()> {
+        if let (Some(l), Some((_, (k, _)))) = (left, cur) {
+            let ord = key_cmp(k, l);
+            if (forward && !ord.is_gt()) || (!forward && !ord.is_lt()) {
+                return Err(corrupt(
+                    self.stack.last().map_or(0, |(v, _)| v.pgid()),
+                    "keys do not follow the previous leaf's: a page is reached by two paths or misplaced",
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Moves to the first key.
@@ -585,33 +645,49 @@ pub fn free_tree(
     freed: &mut Vec<(u64, u64)>,
     depth: usize,
 ) -> Result<()> {
+    free_subtree(c, ctx, freed, &mut HashSet::new(), depth)
+}
+
+/// `seen`: the pages freed by this call. A page reached twice (branches sharing a child) is
+/// corruption: freeing it twice would hand it out twice, and walking such a DAG path by path
+/// takes exponential time and memory.
+fn free_subtree(
+    c: &Child,
+    ctx: &Ctx<'_>,
+    freed: &mut Vec<(u64, u64)>,
+    seen: &mut HashSet<u64>,
+    depth: usize,
+) -> Result<()> {
     if depth > MAX_DEPTH {
         return Err(corrupt(0, format!("tree deeper than {MAX_DEPTH} levels")));
     }
     match c {
         Child::Page(pgid) => {
+            if !seen.insert(*pgid) {
+                return Err(corrupt(*pgid, "page is reached twice in the freed tree"));
+            }
             let bytes = page_bytes(ctx.map, ctx.page_size, ctx.hwm, *pgid)?;
             let p = NodePage::parse(*pgid, bytes)?;
             freed.push((*pgid, (bytes.len() / ctx.page_size) as u64));
             for i in 0..p.count {
                 if p.leaf {
                     let (flags, _, v) = p.leaf_elem(i)?;
-                    free_nested(flags, v, *pgid, ctx, freed, depth)?;
+                    free_nested(flags, v, *pgid, ctx, freed, seen, depth)?;
                 } else {
                     let (_, child) = p.branch_elem(i)?;
-                    free_tree(&Child::Page(child), ctx, freed, depth + 1)?;
+                    free_subtree(&Child::Page(child), ctx, freed, seen, depth + 1)?;
                 }
             }
         }
         Child::Mem(n) => match &**n {
             Node::Branch(v) => {
                 for e in v {
-                    free_tree(&e.child, ctx, freed, depth + 1)?;
+                    free_subtree(&e.child, ctx, freed, seen, depth + 1)?;
                 }
             }
             Node::Leaf(v) => {
                 for e in v {
-                    free_nested(e.flags, e.value(), 0, ctx, freed, depth)?;
+                    free_nested(e.flags, e.value(), 0, ctx, freed, seen, depth)?;
                 }
             }
         },
@@ -626,6 +702,7 @@ fn free_nested(
     at: u64,
     ctx: &Ctx<'_>,
     freed: &mut Vec<(u64, u64)>,
+    seen: &mut HashSet<u64>,
     depth: usize,
 ) -> Result<()> {
     if !is_bucket(flags) {
@@ -639,7 +716,7 @@ fn free_nested(
     }
     match super::page::u64_at(value, 0) {
         0 => Ok(()),
-        root => free_tree(&Child::Page(root), ctx, freed, depth + 1),
+        root => free_subtree(&Child::Page(root), ctx, freed, seen, depth + 1),
     }
 }
 

@@ -137,7 +137,15 @@ fn decode_bucket(at: u64, v: &[u8]) -> Result<ChildRef<'_>> {
         ));
     }
     match u64_at(v, 0) {
-        0 => Ok(ChildRef::Inline(NodePage::parse(at, &v[16..])?)),
+        0 => {
+            let p = NodePage::parse(at, &v[16..])?;
+            // An inline bucket is one leaf; a branch here would lead into pages the bucket
+            // does not own.
+            if !p.leaf {
+                return Err(corrupt(at, "inline bucket page is not a leaf"));
+            }
+            Ok(ChildRef::Inline(p))
+        }
         p if p < 2 => Err(corrupt(at, format!("bucket root points to meta page {p}"))),
         p => Ok(ChildRef::Page(p)),
     }

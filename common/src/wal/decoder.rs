@@ -108,7 +108,14 @@ impl Decoder {
             let size = file.metadata()?.len();
             segments.push(Segment {
                 path,
-                reader: BufReader::with_capacity(1 << 20, file),
+                // Every segment's reader exists from the start: a buffer no larger than its file
+                // keeps a directory of many small segments from costing 1 MiB each.
+                reader: BufReader::with_capacity(
+                    usize::try_from(size)
+                        .unwrap_or(usize::MAX)
+                        .clamp(LEN_WORD, 1 << 20),
+                    file,
+                ),
                 size,
             });
         }

@@ -85,6 +85,11 @@ pub enum WalError {
     SliceOutOfRange,
     #[error("wal: segment files of {dir} do not follow one another: {names:?}")]
     BadSequence { dir: PathBuf, names: Vec<String> },
+    /// A segment name (or the last entry) at u64::MAX leaves no name for the next segment.
+    #[error(
+        "wal: no segment can follow {file}: its sequence number or the last index is the largest possible"
+    )]
+    NoNextSegment { file: PathBuf },
     #[error("wal: {0} was already read; reopen the WAL to read it again")]
     AlreadyRead(PathBuf),
     #[error("wal: {0} must be read to its end (read_all) before it can be written")]
@@ -558,13 +563,23 @@ impl Wal {
                 .map_err(fileutil::io_err("truncate", tail.path()))?;
         }
         self.sync()?;
-        let seq = self
+        let tail_path = self
             .locks
             .last()
-            .and_then(|l| l.path().file_name()?.to_str().and_then(parse_wal_name))
+            .map(|l| l.path().to_path_buf())
+            .unwrap_or_else(|| self.dir.clone());
+        let seq = tail_path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(parse_wal_name)
             .map(|(seq, _)| seq)
             .unwrap_or(0);
-        let final_path = self.dir.join(wal_name(seq + 1, self.enti + 1));
+        // The numbers come from a file name and a read entry: a damaged WAL can hold u64::MAX.
+        let (Some(next_seq), Some(next_index)) = (seq.checked_add(1), self.enti.checked_add(1))
+        else {
+            return Err(WalError::NoNextSegment { file: tail_path });
+        };
+        let final_path = self.dir.join(wal_name(next_seq, next_index));
         let pipeline = self
             .pipeline
             .get_or_insert_with(|| pipeline::Pipeline::start(&self.dir, self.opts.segment_size));

@@ -36,7 +36,7 @@ pub fn is_valid_seq(names: &[String]) -> bool {
             return false;
         };
         if let Some(prev) = last
-            && prev + 1 != seq
+            && prev.checked_add(1) != Some(seq)
         {
             return false;
         }
@@ -61,5 +61,10 @@ mod tests {
         assert_eq!(search_index(&names, 20), Some(2));
         assert!(is_valid_seq(&names));
         assert!(!is_valid_seq(&[wal_name(0, 0), wal_name(2, 5)]));
+        // Two segments at the largest sequence number: no overflow, just not a sequence.
+        assert!(!is_valid_seq(&[
+            wal_name(u64::MAX, 0),
+            wal_name(u64::MAX, 1)
+        ]));
     }
 }

@@ -379,6 +379,14 @@ fn inject(c: &mut Cluster, fault: &str, rng: &mut Rng) {
             }
         }
         "replace follower" => replace_member(c, leader, follower),
+        "slow leader link" => {
+            // Every byte to the leader's peer port waits, longer than a heartbeat interval
+            // and around the election timeout: late votes and appends, maybe an election.
+            let proxy = c.nodes[leader].proxy.as_ref().expect("proxied");
+            proxy.set_delay(100 + rng.below(500));
+            std::thread::sleep(pause + Duration::from_secs(1));
+            proxy.set_delay(0);
+        }
         other => panic!("unknown fault {other}"),
     }
     all_healthy(c);
@@ -414,6 +422,7 @@ fn replace_member(c: &mut Cluster, leader: usize, i: usize) {
 
 const FAULTS: &[&str] = &[
     "replace follower",
+    "slow leader link",
     "kill -9 leader",
     "kill -9 follower",
     "SIGSTOP pause",

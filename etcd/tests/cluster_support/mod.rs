@@ -19,6 +19,8 @@ use super::support::free_port;
 pub struct Proxy {
     pub port: u16,
     cut: Arc<AtomicBool>,
+    /// Milliseconds every chunk waits before it is passed on (a slow link), both ways.
+    delay_ms: Arc<std::sync::atomic::AtomicU64>,
     conns: Arc<Mutex<Vec<TcpStream>>>,
     stop: Arc<AtomicBool>,
     blocked: Arc<Mutex<Vec<String>>>,
@@ -36,7 +38,12 @@ fn names_blocked(data: &[u8], blocked: &Mutex<Vec<String>>) -> bool {
         .any(|id| text.contains(&format!("x-server-from: {id}\r\n")))
 }
 
-fn pipe(mut from: TcpStream, mut to: TcpStream, blocked: Option<Arc<Mutex<Vec<String>>>>) {
+fn pipe(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    blocked: Option<Arc<Mutex<Vec<String>>>>,
+    delay_ms: Arc<std::sync::atomic::AtomicU64>,
+) {
     let mut buf = [0u8; 16 * 1024];
     // The end of the previous read, so a header split between two reads is still seen.
     let mut tail: Vec<u8> = Vec::new();
@@ -51,6 +58,10 @@ fn pipe(mut from: TcpStream, mut to: TcpStream, blocked: Option<Arc<Mutex<Vec<St
                     }
                     let keep = tail.len().saturating_sub(64);
                     tail.drain(..keep);
+                }
+                let delay = delay_ms.load(Ordering::SeqCst);
+                if delay > 0 {
+                    std::thread::sleep(Duration::from_millis(delay));
                 }
                 if to.write_all(&buf[..n]).is_err() {
                     break;
@@ -68,10 +79,12 @@ impl Proxy {
         let l = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
         let port = l.local_addr().expect("proxy addr").port();
         let cut = Arc::new(AtomicBool::new(false));
+        let delay_ms = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
         let blocked: Arc<Mutex<Vec<String>>> = Arc::default();
         let (c, s, cs, bl) = (cut.clone(), stop.clone(), conns.clone(), blocked.clone());
+        let dl = delay_ms.clone();
         std::thread::spawn(move || {
             for inbound in l.incoming() {
                 if s.load(Ordering::SeqCst) {
@@ -96,14 +109,15 @@ impl Proxy {
                     (Ok(i), Ok(o)) => (i, o),
                     _ => continue,
                 };
-                let bl = bl.clone();
-                std::thread::spawn(move || pipe(inbound, outbound, Some(bl)));
-                std::thread::spawn(move || pipe(o2, i2, None));
+                let (bl, d1, d2) = (bl.clone(), dl.clone(), dl.clone());
+                std::thread::spawn(move || pipe(inbound, outbound, Some(bl), d1));
+                std::thread::spawn(move || pipe(o2, i2, None, d2));
             }
         });
         Proxy {
             port,
             cut,
+            delay_ms,
             conns,
             stop,
             blocked,
@@ -129,6 +143,11 @@ impl Proxy {
                 let _ = c.shutdown(Shutdown::Both);
             }
         }
+    }
+
+    /// Delays everything through the proxy by `ms` (0: none), as a slow or congested link.
+    pub fn set_delay(&self, ms: u64) {
+        self.delay_ms.store(ms, Ordering::SeqCst);
     }
 
     pub fn set_cut(&self, cut: bool) {

@@ -136,42 +136,36 @@ pub fn humanize_bytes(n: u64) -> String {
 /// Formats a time as etcd's zap encoder does in UTC: `2006-01-02T15:04:05.000Z` (the server's
 /// log lines, and the warnings etcdctl prints as Go's clientv3 logs them).
 pub fn format_ts(t: SystemTime) -> String {
+    let (date_time, nanos) = utc_seconds(t);
+    format!("{date_time}.{:03}Z", nanos / 1_000_000)
+}
+
+/// `2006-01-02T15:04:05` of `t` in UTC, and the nanoseconds past that second.
+fn utc_seconds(t: SystemTime) -> (String, u32) {
     let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
     let secs = d.as_secs() as i64;
-    let millis = d.subsec_millis();
-    let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);
-    let (y, m, dd) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{dd:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+    let (y, m, dd) = civil_from_days(secs.div_euclid(86_400));
+    let date_time = format!(
+        "{y:04}-{m:02}-{dd:02}T{:02}:{:02}:{:02}",
         rem / 3600,
         (rem % 3600) / 60,
         rem % 60
-    )
+    );
+    (date_time, d.subsec_nanos())
 }
 
 /// Formats a time as Go's time.RFC3339Nano in UTC: nanoseconds with trailing zeros dropped
 /// (`2006-01-02T15:04:05.999999999Z`), as Go's encoding/json writes a time.Time.
 pub fn format_rfc3339_nano(t: SystemTime) -> String {
-    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs() as i64;
-    let rem = secs.rem_euclid(86_400);
-    let (y, m, dd) = civil_from_days(secs.div_euclid(86_400));
-    let mut frac = format!("{:09}", d.subsec_nanos());
-    while frac.ends_with('0') {
-        frac.pop();
-    }
-    let frac = if frac.is_empty() {
-        frac
+    let (date_time, nanos) = utc_seconds(t);
+    let frac = format!("{nanos:09}");
+    let frac = frac.trim_end_matches('0');
+    if frac.is_empty() {
+        format!("{date_time}Z")
     } else {
-        format!(".{frac}")
-    };
-    format!(
-        "{y:04}-{m:02}-{dd:02}T{:02}:{:02}:{:02}{frac}Z",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60
-    )
+        format!("{date_time}.{frac}Z")
+    }
 }
 
 /// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar.

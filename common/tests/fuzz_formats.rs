@@ -16,20 +16,19 @@
 
 mod wal_fixtures;
 
+mod fuzz_support;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
-use std::sync::mpsc;
-use std::time::Duration;
 
 use common::backend::{Db, Options, ReadTxn};
 use common::snap::{self, Snapshotter};
 use common::wal::{self, Wal, WalOptions};
 use proptest::prelude::*;
 use proptest::sample::Index;
-use proptest::test_runner::FileFailurePersistence;
 use prost::Message;
 use proto::raftpb;
 use proto::walpb;
@@ -84,60 +83,25 @@ fn alloc_bound(input_bytes: usize) -> usize {
     (2 << 20) + 16 * input_bytes
 }
 
-/// Longer than any sane parse of these small files takes even in a debug build on a loaded
-/// machine; a cycle of page ids runs forever.
-const CASE_TIMEOUT: Duration = Duration::from_secs(20);
-
-/// Runs `f` in its own thread (the default 2 MiB stack: deep recursion shows as a crash) and
-/// fails when it panics, outlives `CASE_TIMEOUT`, or allocates more than `alloc_bound`.
+/// Runs `f` under the watchdog (its own thread: a panic, a stack overflow or a hang fails the
+/// case) and fails when it allocates more than `alloc_bound` allows.
 fn guarded(what: &str, input_bytes: usize, f: impl FnOnce() + Send + 'static) {
-    let (tx, rx) = mpsc::channel();
-    let handle = std::thread::Builder::new()
-        .name(format!("fuzz-{what}"))
-        .spawn(move || {
-            ARMED.with(|a| a.set(true));
-            LARGEST.with(|l| l.set(0));
-            f();
-            ARMED.with(|a| a.set(false));
-            let _ = tx.send(LARGEST.with(Cell::get));
-        })
-        .expect("spawn the case thread");
-    match rx.recv_timeout(CASE_TIMEOUT) {
-        Ok(largest) => {
-            let _ = handle.join();
-            let bound = alloc_bound(input_bytes);
-            assert!(
-                largest <= bound,
-                "{what}: an allocation of {largest} bytes for {input_bytes} bytes of input (bound {bound})"
-            );
-        }
-        Err(mpsc::RecvTimeoutError::Disconnected) => match handle.join() {
-            Err(p) => std::panic::resume_unwind(p),
-            Ok(()) => panic!("{what}: the case thread ended without a result"),
-        },
-        Err(mpsc::RecvTimeoutError::Timeout) => {
-            // The thread is left running: a hang cannot be interrupted.
-            panic!("{what}: no result after {CASE_TIMEOUT:?} (a cycle or an unbounded loop)")
-        }
-    }
+    let largest = fuzz_support::watchdog(what, move || {
+        ARMED.with(|a| a.set(true));
+        LARGEST.with(|l| l.set(0));
+        f();
+        ARMED.with(|a| a.set(false));
+        LARGEST.with(Cell::get)
+    });
+    let bound = alloc_bound(input_bytes);
+    assert!(
+        largest <= bound,
+        "{what}: an allocation of {largest} bytes for {input_bytes} bytes of input (bound {bound})"
+    );
 }
 
-fn config(default_cases: u32) -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default_cases);
-    ProptestConfig {
-        cases,
-        // A hang costs CASE_TIMEOUT per shrink step: keep shrinking finite.
-        max_shrink_iters: 512,
-        // Relative to the package (cargo runs tests there): common/proptest-regressions/.
-        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
-            "proptest-regressions/fuzz_formats.txt",
-        ))),
-        ..ProptestConfig::default()
-    }
-}
+/// This file's saved failures, replayed first.
+const REGRESSIONS: &str = "proptest-regressions/fuzz_formats.txt";
 
 // ---------------------------------------------------------------------------------------------
 // Mutations shared by every format.
@@ -559,7 +523,7 @@ fn wal_fixture_reads_back() {
 }
 
 proptest! {
-    #![proptest_config(config(768))]
+    #![proptest_config(fuzz_support::config(768, REGRESSIONS))]
 
     #[test]
     fn wal_mutations_never_panic(muts in prop::collection::vec(wal_mut(), 1..4)) {
@@ -617,7 +581,7 @@ fn snap_fixture_reads_back() {
 }
 
 proptest! {
-    #![proptest_config(config(2048))]
+    #![proptest_config(fuzz_support::config(2048, REGRESSIONS))]
 
     #[test]
     fn snap_mutations_never_panic(muts in prop::collection::vec(raw(), 1..5)) {
@@ -965,7 +929,7 @@ fn db_case(persist_freelist: bool, muts: &[DbMut]) {
 }
 
 proptest! {
-    #![proptest_config(config(768))]
+    #![proptest_config(fuzz_support::config(768, REGRESSIONS))]
 
     #[test]
     fn db_mutations_never_panic(muts in prop::collection::vec(db_mut(), 1..4)) {

@@ -297,15 +297,6 @@ async fn live_watcher(endpoints: Vec<String>, stop: Arc<Mutex<Option<i64>>>) -> 
     }
 }
 
-fn kill_signal(c: &Cluster, i: usize, sig: i32) {
-    if let Some(child) = c.nodes[i].child.as_ref() {
-        // SAFETY: signalling our own child by its pid.
-        unsafe {
-            libc::kill(child.id() as i32, sig);
-        }
-    }
-}
-
 fn all_healthy(c: &mut Cluster) {
     for m in &mut c.nodes {
         if m.child.is_none() {
@@ -334,9 +325,9 @@ fn inject(c: &mut Cluster, fault: &str, rng: &mut Rng) {
         }
         "SIGSTOP pause" => {
             let i = rng.below(n as u64) as usize;
-            kill_signal(c, i, libc::SIGSTOP);
+            c.nodes[i].signal(libc::SIGSTOP);
             std::thread::sleep(pause);
-            kill_signal(c, i, libc::SIGCONT);
+            c.nodes[i].signal(libc::SIGCONT);
         }
         "isolate leader" | "isolate follower" => {
             let i = if fault.ends_with("leader") {

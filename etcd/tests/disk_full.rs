@@ -7,12 +7,11 @@ mod support;
 #[path = "cluster_support/mod.rs"]
 mod cluster_support;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-use cluster_support::Cluster;
+use cluster_support::{Cluster, Node};
 
 const OURS: &str = env!("CARGO_BIN_EXE_etcd");
 /// Room for the first WAL segment (64 MiB, preallocated) and a little more: the disk fills
@@ -55,26 +54,8 @@ fn value_for(i: usize) -> Vec<u8> {
 }
 
 /// `etcdctl put` with the value on stdin (too big for an argument).
-fn put(endpoint: &str, key: &str, value: &[u8]) -> bool {
-    let mut child = Command::new("etcdctl")
-        .env("ETCDCTL_API", "3")
-        .args([
-            "--endpoints",
-            endpoint,
-            "--command-timeout",
-            "5s",
-            "put",
-            key,
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("run etcdctl");
-    if let Some(mut stdin) = child.stdin.take() {
-        let _ = stdin.write_all(value);
-    }
-    child.wait().map(|s| s.success()).unwrap_or(false)
+fn put(m: &Node, key: &str, value: &[u8]) -> bool {
+    m.etcdctl_with_input(&["put", key], value).status.success()
 }
 
 #[test]
@@ -87,7 +68,6 @@ fn a_full_disk_loses_no_acknowledged_write() {
     let dir = tempfile::tempdir().expect("temp dir");
     let disk = Tmpfs::mount(dir.path(), DISK);
     let mut c = Cluster::start(OURS, dir.path(), 1, false, &[]);
-    let endpoint = c.nodes[0].client_url.clone();
 
     let mut acked = Vec::new();
     let mut failures = 0;
@@ -99,7 +79,7 @@ fn a_full_disk_loses_no_acknowledged_write() {
             i < 2000,
             "80 MiB took 200 MiB of writes: is the data dir on the tmpfs?"
         );
-        if put(&endpoint, &format!("k{i:05}"), &value_for(i)) {
+        if put(&c.nodes[0], &format!("k{i:05}"), &value_for(i)) {
             acked.push(i);
         } else {
             failures += 1;
@@ -147,6 +127,6 @@ fn a_full_disk_loses_no_acknowledged_write() {
         );
     }
     // And it takes writes again.
-    assert!(put(&endpoint, "after", b"room"));
+    assert!(put(&c.nodes[0], "after", b"room"));
     drop(c);
 }

@@ -10,9 +10,6 @@ mod cluster_support;
 #[path = "http_client/mod.rs"]
 mod http_client;
 
-use std::io::Write;
-use std::process::{Command, Stdio};
-
 use cluster_support::{Cluster, Node};
 
 const OURS: &str = env!("CARGO_BIN_EXE_etcd");
@@ -30,23 +27,9 @@ const COUNTERS: &[&str] = &[
 ];
 
 fn txn(m: &Node, input: &str) {
-    let mut child = Command::new("etcdctl")
-        .env("ETCDCTL_API", "3")
-        .args(["--endpoints", &m.client_url, "txn"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("run etcdctl txn");
-    if let Some(mut stdin) = child.stdin.take() {
-        // A blank line ends each of the three parts, as etcdctl reads them.
-        stdin
-            .write_all(format!("{input}\n").as_bytes())
-            .expect("write txn");
-    }
-    assert!(
-        child.wait().expect("etcdctl txn").success(),
-        "txn {input:?}"
-    );
+    // A blank line ends each of the three parts, as etcdctl reads them.
+    let out = m.etcdctl_with_input(&["txn"], format!("{input}\n").as_bytes());
+    assert!(out.status.success(), "txn {input:?}");
 }
 
 fn counters(m: &Node) -> Vec<(String, String)> {

@@ -3,15 +3,16 @@
 //
 // common/tests/fuzz_formats.rs fuzzes the formats themselves; this file adds what etcdutl
 // decodes on top (raft entries as requests, revision keys, mvccpb values, members, the sha256
-// trailer). A case fails when a reader panics or gives no answer within `CASE_TIMEOUT`;
+// trailer). A case fails when a reader panics or gives no answer within the watchdog's `CASE_TIMEOUT`;
 // errors and reported faults are expected. PROPTEST_CASES raises the default 512 cases; a
 // failure's seed is kept in etcdutl/proptest-regressions/fuzz_files.txt.
+
+#[path = "../../common/tests/fuzz_support/mod.rs"]
+mod fuzz_support;
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
-use std::sync::mpsc;
-use std::time::Duration;
 
 use common::backend::{Db, buckets};
 use etcdutl::datadir::DataDir;
@@ -19,48 +20,12 @@ use etcdutl::snapshot::{self, RestoreConfig};
 use etcdutl::{check, hashkv, inspect};
 use proptest::prelude::*;
 use proptest::sample::Index;
-use proptest::test_runner::FileFailurePersistence;
 use prost::Message;
 use proto::leasepb;
 use proto::mvccpb::KeyValue;
 
-const CASE_TIMEOUT: Duration = Duration::from_secs(20);
-
-fn config(default_cases: u32) -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default_cases);
-    ProptestConfig {
-        cases,
-        max_shrink_iters: 512,
-        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
-            "proptest-regressions/fuzz_files.txt",
-        ))),
-        ..ProptestConfig::default()
-    }
-}
-
-/// Runs `f` in its own thread; a panic fails the case, and so does a hang.
-fn guarded(f: impl FnOnce() + Send + 'static) {
-    let (tx, rx) = mpsc::channel();
-    let handle = std::thread::spawn(move || {
-        f();
-        let _ = tx.send(());
-    });
-    match rx.recv_timeout(CASE_TIMEOUT) {
-        Ok(()) => {
-            let _ = handle.join();
-        }
-        Err(mpsc::RecvTimeoutError::Disconnected) => match handle.join() {
-            Err(p) => std::panic::resume_unwind(p),
-            Ok(()) => panic!("the case thread ended without a result"),
-        },
-        Err(mpsc::RecvTimeoutError::Timeout) => {
-            panic!("no result after {CASE_TIMEOUT:?} (a cycle or an unbounded loop)")
-        }
-    }
-}
+/// This file's saved failures, replayed first.
+const REGRESSIONS: &str = "proptest-regressions/fuzz_files.txt";
 
 fn rev_key(main: i64, sub: i64) -> Vec<u8> {
     let mut k = main.to_be_bytes().to_vec();
@@ -231,7 +196,7 @@ fn run_case(file: &Index, muts: &[Mutation]) {
     for m in muts {
         apply(&mut out[target].1, m);
     }
-    guarded(move || {
+    fuzz_support::watchdog("etcdutl", move || {
         let tmp = tempfile::tempdir().expect("tempdir");
         let data_dir = tmp.path().join("m.etcd");
         for (rel, b) in &out {
@@ -269,7 +234,7 @@ fn fixture_is_sound() {
 }
 
 proptest! {
-    #![proptest_config(config(512))]
+    #![proptest_config(fuzz_support::config(512, REGRESSIONS))]
 
     #[test]
     fn etcdutl_readers_never_panic(

@@ -110,6 +110,10 @@ impl OpCounts {
     /// As etcd counts: each operation by its kind (a compare is a range), and the
     /// transaction itself only when it did more than one.
     fn record(&self, t: Tally) {
+        // Most views and write transactions count nothing (internal reads, raw writes).
+        if t.ranges + t.puts + t.deletes == 0 {
+            return;
+        }
         let r = Ordering::Relaxed;
         self.ranges.fetch_add(t.ranges, r);
         self.puts.fetch_add(t.puts, r);

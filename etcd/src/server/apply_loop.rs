@@ -152,12 +152,12 @@ impl ApplyLoop {
                 }
                 Effect::ClusterVersion(v) => {
                     // The leader re-publishes the same version now and then: log changes only.
-                    if self.cluster_version.is_empty() {
-                        tracing::info!(cluster_version = %v, "set initial cluster version");
-                    } else if self.cluster_version != v {
-                        tracing::info!(from = %self.cluster_version, to = %v, "updated cluster version");
-                    }
                     if self.cluster_version != v {
+                        if self.cluster_version.is_empty() {
+                            tracing::info!(cluster_version = %v, "set initial cluster version");
+                        } else {
+                            tracing::info!(from = %self.cluster_version, to = %v, "updated cluster version");
+                        }
                         tracing::info!(cluster_version = %v, "enabled capabilities for version");
                         self.cluster_version = v;
                     }

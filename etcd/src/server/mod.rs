@@ -250,9 +250,9 @@ impl EtcdServer {
                 let _ = reports.send(RaftMsg::Report(r));
             }),
             Arc::new(move |m: proto::raftpb::Message| {
-                if let Some(slot) = step_inbox.peer_slot(m.from) {
-                    let _ = steps.send(RaftMsg::Step(Box::new(m), slot));
-                }
+                let _ = offer_step(&step_inbox, m, |msg| {
+                    steps.send(msg).map_err(|_| error::STOPPED)
+                });
             }),
         ));
         for m in &booted.members {
@@ -311,11 +311,7 @@ impl EtcdServer {
 
     /// Hands a peer's raft message to the raft loop.
     pub fn step(&self, m: proto::raftpb::Message) -> Result<(), Error> {
-        match self.inbox.peer_slot(m.from) {
-            Some(slot) => self.send(RaftMsg::Step(Box::new(m), slot)),
-            // Dropped, as etcd drops it: raft sends it again.
-            None => Ok(()),
-        }
+        offer_step(&self.inbox, m, |msg| self.send(msg))
     }
 
     /// Where the db image of the leader's snapshot at `index` is received.
@@ -796,11 +792,7 @@ impl EtcdServer {
             return Err(error::TOO_MANY_REQUESTS);
         }
         let deadline = tokio::time::Instant::now() + self.timeout();
-        let slot = match tokio::time::timeout_at(deadline, self.inbox.request_slot()).await {
-            Ok(Some(slot)) => slot,
-            Ok(None) => return Err(error::STOPPED),
-            Err(_) => return Err(error::TIMEOUT),
-        };
+        let slot = self.request_slot(deadline).await?;
         let rx = self.shared.wait.register(id);
         if let Err(e) = self.send(RaftMsg::Propose { id, data, slot }) {
             self.shared.wait.cancel(id);
@@ -816,15 +808,20 @@ impl EtcdServer {
         }
     }
 
+    /// A place in the raft loop's inbox for a proposal or read, waited for until `deadline`.
+    async fn request_slot(&self, deadline: tokio::time::Instant) -> Result<inbox::Slot, Error> {
+        match tokio::time::timeout_at(deadline, self.inbox.request_slot()).await {
+            Ok(Some(slot)) => Ok(slot),
+            Ok(None) => Err(error::STOPPED),
+            Err(_) => Err(error::TIMEOUT),
+        }
+    }
+
     /// Waits until this member has applied everything committed when the read started, as
     /// confirmed by the leader (ReadIndex): a read after this is linearizable.
     pub async fn linearizable_read(&self) -> Result<(), Error> {
         let deadline = tokio::time::Instant::now() + self.timeout();
-        let slot = match tokio::time::timeout_at(deadline, self.inbox.request_slot()).await {
-            Ok(Some(slot)) => slot,
-            Ok(None) => return Err(error::STOPPED),
-            Err(_) => return Err(error::TIMEOUT),
-        };
+        let slot = self.request_slot(deadline).await?;
         let (tx, rx) = oneshot::channel();
         self.send(RaftMsg::ReadIndex(tx, slot))?;
         let index = match tokio::time::timeout_at(deadline, rx).await {
@@ -882,6 +879,19 @@ impl EtcdServer {
         if let Err(e) = self.shared.kv.backend().force_commit() {
             tracing::error!(error = %e, "final backend commit failed");
         }
+    }
+}
+
+/// Hands a peer's raft message to the raft loop if the inbox has room; otherwise it is dropped
+/// (with etcd's warning, from `peer_slot`) and raft sends it again.
+fn offer_step(
+    inbox: &inbox::Inbox,
+    m: proto::raftpb::Message,
+    send: impl FnOnce(RaftMsg) -> Result<(), Error>,
+) -> Result<(), Error> {
+    match inbox.peer_slot(m.from) {
+        Some(slot) => send(RaftMsg::Step(Box::new(m), slot)),
+        None => Ok(()),
     }
 }
 

@@ -254,13 +254,20 @@ impl Node {
         }
     }
 
-    /// SIGTERM, and wait for the process to end.
-    pub fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
+    /// Sends `sig` to the member's process, if it runs.
+    pub fn signal(&self, sig: i32) {
+        if let Some(c) = self.child.as_ref() {
             // Safety: signalling our own child by its pid.
             unsafe {
-                libc::kill(c.id() as i32, libc::SIGTERM);
+                libc::kill(c.id() as i32, sig);
             }
+        }
+    }
+
+    /// SIGTERM, and wait for the process to end.
+    pub fn stop(&mut self) {
+        self.signal(libc::SIGTERM);
+        if let Some(mut c) = self.child.take() {
             let _ = c.wait();
         }
     }
@@ -279,6 +286,24 @@ impl Node {
             .args(args)
             .output()
             .expect("run etcdctl")
+    }
+
+    /// etcdctl with `input` on its stdin (a value too big for an argument, a txn's lines).
+    pub fn etcdctl_with_input(&self, args: &[&str], input: &[u8]) -> Output {
+        let mut child = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", &self.client_url, "--command-timeout", "5s"])
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run etcdctl");
+        if let Some(mut stdin) = child.stdin.take() {
+            // etcdctl may exit before reading it all (a refused request): not this call's error.
+            let _ = stdin.write_all(input);
+        }
+        child.wait_with_output().expect("wait for etcdctl")
     }
 
     pub fn etcdctl_ok(&self, args: &[&str]) -> String {

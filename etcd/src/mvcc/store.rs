@@ -212,7 +212,7 @@ fn load_state(backend: &Batch) -> Result<(State, i64)> {
             if is_tombstone(k) {
                 index.tombstone(&kv.key, rev);
             } else {
-                index.put(&kv.key, rev);
+                index.restore(&kv.key, rev, kv.create_revision, kv.version);
             }
             current_rev = current_rev.max(rev.main);
         }

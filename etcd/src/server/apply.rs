@@ -272,7 +272,7 @@ pub fn apply_normal(
                 // Every key of the lease goes in this one revision.
                 let mut res = Ok(());
                 for k in &keys {
-                    if let Err(err) = w.delete_range(KeyRange::new(k, b"")) {
+                    if let Err(err) = w.delete_range_with(KeyRange::new(k, b""), false) {
                         res = Err(kv::mvcc_error(err));
                         break;
                     }

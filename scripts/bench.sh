@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Benchmarks (not tests): prints throughput/latency numbers, side by side with a baseline in
 # the same run, since absolute numbers drift on shared machines.
-# Usage: scripts/bench.sh [wal|backend|raft|server|datascale|cluster|etcdutl|all]
+# Usage: scripts/bench.sh [wal|backend|raft|server|datascale|cluster|scale|etcdutl|all]
 # server/cluster sizes: BENCH_SECS BENCH_KEYS BENCH_PREFIX_KEYS BENCH_WATCHERS BENCH_WATCH_KEYS
 # BENCH_WATCH_PUTS BENCH_WATCHERS_PER_STREAM BENCH_COMPACT_REVS (1000000: the issue's million),
 # BENCH_ONLY=etcd|ours, BENCH_WORKLOADS=keys,put1,...; cluster: BENCH_AT_LEADER=1, BENCH_MIXED=1 (see
 # docs/ARCHITECTURE.md "Benchmarks"). Quick: BENCH_SECS=2 BENCH_KEYS=20000 BENCH_COMPACT_REVS=20000
+# scale (issue 19's 1M random puts, memory and restart): BENCH_SCALE_PUTS BENCH_SCALE_KEYS, BENCH_ONLY
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
@@ -17,8 +18,9 @@ run() {
     server) scripts/deps.sh && cargo bench -p etcd --bench server ;;
     datascale) scripts/deps.sh && cargo bench -p etcd --bench datascale ;;
     cluster) scripts/deps.sh && cargo bench -p etcd --bench cluster ;;
+    scale) scripts/deps.sh && cargo bench -p etcd --bench scale ;;
     etcdutl) scripts/deps.sh && cargo bench -p etcdutl --bench restore ;;
-    *) echo "bench.sh: unknown benchmark '$1' (known: wal, backend, raft, server, datascale, cluster, etcdutl, all)" >&2; exit 2 ;;
+    *) echo "bench.sh: unknown benchmark '$1' (known: wal, backend, raft, server, datascale, cluster, scale, etcdutl, all)" >&2; exit 2 ;;
   esac
 }
 if [ "$what" = all ]; then

@@ -136,6 +136,109 @@ fn compaction_and_restart() {
     assert_eq!(k_rows, 4);
 }
 
+/// A put that does not ask for the old value takes the creation revision and version from the
+/// index, also after a restart that rebuilt the index from a compacted history, and its event
+/// says when it lacks the prev_kv it had.
+#[test]
+fn puts_without_the_old_value_number_versions_like_etcd() {
+    use etcd::mvcc::prev_kv_missing;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    {
+        let s = open(&path);
+        for i in 0..5 {
+            let mut w = s.write();
+            assert_eq!(
+                w.put_with(b"k", format!("v{i}").as_bytes(), 0, false)
+                    .unwrap(),
+                None
+            );
+            w.end(10 + i, 2).unwrap();
+        }
+        // k: created at 2, versions 1..5 at revisions 2..6; compacting at 4 keeps 4..6 only.
+        s.compact(4).unwrap();
+        s.backend().force_commit().unwrap();
+    }
+    let s = open(&path);
+    let mut w = s.write();
+    assert_eq!(w.put_with(b"k", b"v5", 0, false).unwrap(), None);
+    assert_eq!(w.put_with(b"new", b"n", 0, false).unwrap(), None);
+    let (events, _) = w.end(20, 2).unwrap();
+    let k = s.range(one(b"k"), 0, 0).unwrap().kvs[0].clone();
+    assert_eq!((k.create_revision, k.version, k.mod_revision), (2, 6, 7));
+    assert!(prev_kv_missing(&events[0]), "k had a value before");
+    assert!(!prev_kv_missing(&events[1]), "new had none");
+
+    // Asked for, the old value comes back and the versions still agree.
+    let mut w = s.write();
+    let prev = w.put_with(b"k", b"v6", 0, true).unwrap().unwrap();
+    assert_eq!((prev.value.as_slice(), prev.version), (&b"v5"[..], 6));
+    let (deleted, prevs) = w.delete_range_with(one(b"new"), false).unwrap();
+    assert_eq!((deleted, prevs.len()), (1, 0));
+    let (events, _) = w.end(21, 2).unwrap();
+    assert_eq!(events[0].prev_kv.as_ref().unwrap().value, b"v5");
+    assert!(
+        prev_kv_missing(&events[1]),
+        "a delete always replaces a value"
+    );
+    let k = s.range(one(b"k"), 0, 0).unwrap().kvs[0].clone();
+    assert_eq!((k.create_revision, k.version), (2, 7));
+
+    // While a watcher wants prev_kv, every write reads the old values into its events.
+    let interest = s.prev_kv_interest();
+    let mut w = s.write();
+    let read = w.put_with(b"k", b"v7", 0, false).unwrap();
+    assert_eq!(read.map(|p| p.value), Some(b"v6".to_vec()));
+    let (events, _) = w.end(22, 2).unwrap();
+    assert_eq!(events[0].prev_kv.as_ref().unwrap().value, b"v6");
+    drop(interest);
+    let mut w = s.write();
+    w.put_with(b"k", b"v8", 0, false).unwrap();
+    let (events, _) = w.end(23, 2).unwrap();
+    assert!(events[0].prev_kv.is_none());
+}
+
+/// A write that began before a prev_kv watcher registered its interest did not read the old
+/// value: the hub sends that watcher back to the history (which reads it) instead of
+/// delivering the event without its prev_kv.
+#[test]
+fn a_prev_kv_watcher_is_never_handed_an_event_without_it() {
+    use etcd::mvcc::watch_hub::WatchSpec;
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir.path().join("db"));
+    let mut w = s.write();
+    w.put_with(b"k", b"v1", 0, false).unwrap();
+    w.end(1, 1).unwrap();
+    let hub = s.watch_hub().clone();
+    let stream = hub.open_stream();
+    let mut w = s.write();
+    assert_eq!(w.put_with(b"k", b"v2", 0, false).unwrap(), None);
+    let _interest = s.prev_kv_interest();
+    let spec = WatchSpec {
+        key: b"k".to_vec(),
+        range_end: Vec::new(),
+        no_put: false,
+        no_delete: false,
+        prev_kv: true,
+    };
+    let from = hub.watch_from_now(&s, &stream, 7, spec);
+    let (events, rev) = w.end(2, 1).unwrap();
+    assert!(events[0].prev_kv.is_none());
+    assert_eq!(rev, from);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let taken = loop {
+        let t = hub.take(&stream);
+        if !t.unsynced.is_empty() || !t.deliveries.is_empty() {
+            break t;
+        }
+        assert!(Instant::now() < deadline, "revision {rev} never dispatched");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(taken.deliveries.is_empty());
+    assert_eq!(taken.unsynced, vec![(7, rev)]);
+}
+
 /// Reads the db file of a real etcd 3.4 and sees exactly what its etcdctl sees.
 #[test]
 fn reads_a_real_etcd_db_like_etcd() {

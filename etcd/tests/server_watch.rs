@@ -127,6 +127,113 @@ fn both(
     out
 }
 
+/// (type, key, value, prev value) of each event a watch on `key` with prev_kv gets: first
+/// from `start` (history), then `live_puts` more values put after it caught up.
+async fn prev_kv_events(
+    url: &str,
+    key: &[u8],
+    start: i64,
+    want: usize,
+    live_puts: &[&[u8]],
+) -> Vec<(i32, Vec<u8>, Option<Vec<u8>>)> {
+    let mut kv = KvClient::connect(url.to_string()).await.expect("connect");
+    let mut wc = WatchClient::connect(url.to_string())
+        .await
+        .expect("connect");
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(WatchRequest {
+        request_union: Some(watch_request::RequestUnion::CreateRequest(
+            WatchCreateRequest {
+                key: key.to_vec(),
+                start_revision: start,
+                prev_kv: true,
+                ..Default::default()
+            },
+        )),
+    })
+    .await
+    .expect("send");
+    let mut stream = wc
+        .watch(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .expect("watch")
+        .into_inner();
+    let mut out = Vec::new();
+    let mut live_sent = false;
+    while out.len() < want + live_puts.len() {
+        if out.len() == want && !live_sent {
+            for v in live_puts {
+                kv.put(PutRequest {
+                    key: key.to_vec(),
+                    value: v.to_vec(),
+                    ..Default::default()
+                })
+                .await
+                .expect("put");
+            }
+            live_sent = true;
+        }
+        let r = tokio::time::timeout(std::time::Duration::from_secs(10), stream.message())
+            .await
+            .expect("watch response in time")
+            .expect("watch stream")
+            .expect("a response");
+        for e in r.events {
+            let kv = e.kv.unwrap_or_default();
+            out.push((e.r#type, kv.value, e.prev_kv.map(|p| p.value)));
+        }
+    }
+    drop(tx);
+    out
+}
+
+/// Our writes read the value they replace only when someone needs it (issue 19), so the
+/// prev_kv of writes made before a watcher existed comes from the history; it must be what
+/// etcd sends.
+#[test]
+fn prev_kv_of_writes_made_before_the_watcher_is_etcds() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let mut out = Vec::new();
+    for (name, bin) in [("real", "etcd"), ("ours", OURS)] {
+        let s = RealEtcd::start_bin(bin, &tmp.path().join(name), "w", &[]);
+        let rt = tokio::runtime::Runtime::new().expect("runtime");
+        out.push(rt.block_on(async {
+            let url = s.client_url.as_str();
+            let mut kv = KvClient::connect(url.to_string()).await.expect("connect");
+            let put = |v: &str| PutRequest {
+                key: b"pk".to_vec(),
+                value: v.as_bytes().to_vec(),
+                ..Default::default()
+            };
+            let first = kv.put(put("v1")).await.expect("put").into_inner();
+            let start = first.header.expect("header").revision;
+            kv.put(put("v2")).await.expect("put");
+            kv.delete_range(DeleteRangeRequest {
+                key: b"pk".to_vec(),
+                ..Default::default()
+            })
+            .await
+            .expect("delete");
+            kv.put(put("v3")).await.expect("put");
+            kv.put(put("v4")).await.expect("put");
+            prev_kv_events(url, b"pk", start, 5, &[b"v5", b"v6"]).await
+        }));
+    }
+    let v = |s: &str| s.as_bytes().to_vec();
+    let (put, del) = (0, 1);
+    let want = vec![
+        (put, v("v1"), None),
+        (put, v("v2"), Some(v("v1"))),
+        (del, Vec::new(), Some(v("v2"))),
+        (put, v("v3"), None),
+        (put, v("v4"), Some(v("v3"))),
+        (put, v("v5"), Some(v("v4"))),
+        (put, v("v6"), Some(v("v5"))),
+    ];
+    assert_eq!(out[0], want, "etcd 3.4");
+    assert_eq!(out[1], want, "ours");
+}
+
 #[test]
 fn a_revision_with_thousands_of_events_arrives_whole() {
     let results = both(&[], |url| {

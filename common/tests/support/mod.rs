@@ -120,13 +120,23 @@ impl RealEtcd {
 
     /// Starts `bin` again on the same data dir and URLs (after a stop or a kill).
     pub fn restart(&mut self, bin: &str, extra: &[&str]) {
+        self.restart_within(bin, extra, Duration::from_secs(30));
+    }
+
+    /// `restart`, waiting up to `limit` for the server to serve (a large db takes etcd 3.4
+    /// half a minute to reopen on a busy machine).
+    pub fn restart_within(&mut self, bin: &str, extra: &[&str], limit: Duration) {
         self.kill9();
         self.child = Some(self.spawn(bin, extra));
-        self.wait_ready();
+        self.wait_ready_within(limit);
     }
 
     fn wait_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
+        self.wait_ready_within(Duration::from_secs(30));
+    }
+
+    fn wait_ready_within(&mut self, limit: Duration) {
+        let deadline = Instant::now() + limit;
         loop {
             let out = self.etcdctl(&["endpoint", "health"]);
             // With auth on, an anonymous health check is refused, but the server answered.
@@ -145,7 +155,7 @@ impl RealEtcd {
             }
             assert!(
                 Instant::now() < deadline,
-                "real etcd did not become healthy in 30s"
+                "real etcd did not become healthy in {limit:?}"
             );
             std::thread::sleep(Duration::from_millis(100));
         }

@@ -167,7 +167,9 @@ pub fn put(
     if lease != 0 && !leases.lease_exists(lease) {
         return Err(error::LEASE_NOT_FOUND);
     }
-    let prev = w.put(&r.key, &value, lease).map_err(mvcc_error)?;
+    let prev = w
+        .put_with(&r.key, &value, lease, r.prev_kv)
+        .map_err(mvcc_error)?;
     Ok(PutResponse {
         header: rev_header(w.rev()),
         prev_kv: if r.prev_kv { prev } else { None },
@@ -178,13 +180,13 @@ pub fn delete_range(
     w: &mut WriteTxn<'_>,
     r: &DeleteRangeRequest,
 ) -> Result<DeleteRangeResponse, Error> {
-    let deleted = w
-        .delete_range(KeyRange::new(&r.key, &r.range_end))
+    let (deleted, prev_kvs) = w
+        .delete_range_with(KeyRange::new(&r.key, &r.range_end), r.prev_kv)
         .map_err(mvcc_error)?;
     Ok(DeleteRangeResponse {
         header: None,
-        deleted: deleted.len() as i64,
-        prev_kvs: if r.prev_kv { deleted } else { Vec::new() },
+        deleted: deleted as i64,
+        prev_kvs,
     })
 }
 

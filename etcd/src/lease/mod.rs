@@ -2,7 +2,7 @@
 // are stored in the `lease` bucket; keep-alives and expiry are the leader's own business
 // (expired leases are revoked by proposing a revoke), as in etcd.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -18,10 +18,18 @@ struct Lease {
     keys: BTreeSet<Vec<u8>>,
 }
 
+#[derive(Debug, Default)]
+struct Leases {
+    by_id: BTreeMap<i64, Lease>,
+    /// The lease of each attached key (etcd's item map): a write learns which lease its key
+    /// leaves without reading the old value from the db.
+    of_key: HashMap<Vec<u8>, i64>,
+}
+
 /// The set of live leases and the keys attached to each.
 #[derive(Debug)]
 pub struct Lessor {
-    leases: Mutex<BTreeMap<i64, Lease>>,
+    leases: Mutex<Leases>,
     /// The shortest TTL granted: leases must outlive a leader election.
     min_ttl: i64,
 }
@@ -34,7 +42,7 @@ impl Lessor {
     /// `min_ttl` in seconds (etcd: 1.5 election timeouts, rounded up).
     pub fn new(min_ttl: i64) -> Lessor {
         Lessor {
-            leases: Mutex::new(BTreeMap::new()),
+            leases: Mutex::new(Leases::default()),
             min_ttl,
         }
     }
@@ -50,39 +58,52 @@ impl Lessor {
 
     /// Records a granted lease (from the apply of a grant, or loaded at start).
     pub fn grant(&self, id: i64, ttl: i64) {
-        lock(&self.leases).insert(
-            id,
-            Lease {
-                ttl,
-                expiry: Instant::now() + Duration::from_secs(ttl.max(0) as u64),
-                keys: BTreeSet::new(),
-            },
-        );
+        let lease = Lease {
+            ttl,
+            expiry: Instant::now() + Duration::from_secs(ttl.max(0) as u64),
+            keys: BTreeSet::new(),
+        };
+        let mut ls = lock(&self.leases);
+        if let Some(old) = ls.by_id.insert(id, lease) {
+            ls.forget_keys(id, old.keys.iter());
+        }
     }
 
     /// Forgets a lease; returns its keys (to delete) or None when it does not exist.
     pub fn revoke(&self, id: i64) -> Option<Vec<Vec<u8>>> {
-        lock(&self.leases)
-            .remove(&id)
-            .map(|l| l.keys.into_iter().collect())
+        let mut ls = lock(&self.leases);
+        let l = ls.by_id.remove(&id)?;
+        ls.forget_keys(id, l.keys.iter());
+        Some(l.keys.into_iter().collect())
     }
 
     pub fn attach(&self, id: i64, key: &[u8]) {
-        if let Some(l) = lock(&self.leases).get_mut(&id) {
+        let mut ls = lock(&self.leases);
+        if let Some(l) = ls.by_id.get_mut(&id) {
             l.keys.insert(key.to_vec());
+            ls.of_key.insert(key.to_vec(), id);
         }
     }
 
     pub fn detach(&self, id: i64, key: &[u8]) {
-        if let Some(l) = lock(&self.leases).get_mut(&id) {
+        let mut ls = lock(&self.leases);
+        if let Some(l) = ls.by_id.get_mut(&id) {
             l.keys.remove(key);
         }
+        if ls.of_key.get(key) == Some(&id) {
+            ls.of_key.remove(key);
+        }
+    }
+
+    /// The lease `key` is attached to, 0 for none.
+    pub fn lease_of(&self, key: &[u8]) -> i64 {
+        lock(&self.leases).of_key.get(key).copied().unwrap_or(0)
     }
 
     /// Renews a lease for its full TTL; returns the TTL, or None when it does not exist.
     pub fn renew(&self, id: i64) -> Option<i64> {
         let mut ls = lock(&self.leases);
-        let l = ls.get_mut(&id)?;
+        let l = ls.by_id.get_mut(&id)?;
         l.expiry = Instant::now() + Duration::from_secs(l.ttl.max(0) as u64);
         Some(l.ttl)
     }
@@ -90,7 +111,7 @@ impl Lessor {
     /// (remaining seconds, granted TTL, keys) of a lease.
     pub fn time_to_live(&self, id: i64) -> Option<(i64, i64, Vec<Vec<u8>>)> {
         let ls = lock(&self.leases);
-        let l = ls.get(&id)?;
+        let l = ls.by_id.get(&id)?;
         let left = l.expiry.saturating_duration_since(Instant::now());
         // Rounded up, as etcd reports whole seconds that have not fully elapsed.
         let secs = left.as_secs() as i64 + i64::from(left.subsec_nanos() > 0);
@@ -98,13 +119,14 @@ impl Lessor {
     }
 
     pub fn ids(&self) -> Vec<i64> {
-        lock(&self.leases).keys().copied().collect()
+        lock(&self.leases).by_id.keys().copied().collect()
     }
 
     /// Leases whose time is up.
     pub fn expired(&self) -> Vec<i64> {
         let now = Instant::now();
         lock(&self.leases)
+            .by_id
             .iter()
             .filter(|(_, l)| l.expiry <= now)
             .map(|(id, _)| *id)
@@ -121,7 +143,7 @@ impl Lessor {
     /// one last renewed them, so it must not expire them early.
     pub fn extend_all(&self, extra: Duration) {
         let now = Instant::now();
-        for l in lock(&self.leases).values_mut() {
+        for l in lock(&self.leases).by_id.values_mut() {
             l.expiry = l
                 .expiry
                 .max(now + Duration::from_secs(l.ttl.max(0) as u64) + extra);
@@ -129,9 +151,20 @@ impl Lessor {
     }
 }
 
+impl Leases {
+    /// Drops the key-to-lease entries of `keys` that still name lease `id`.
+    fn forget_keys<'a>(&mut self, id: i64, keys: impl Iterator<Item = &'a Vec<u8>>) {
+        for k in keys {
+            if self.of_key.get(k) == Some(&id) {
+                self.of_key.remove(k);
+            }
+        }
+    }
+}
+
 impl LeaseLookup for Lessor {
     fn lease_exists(&self, id: i64) -> bool {
-        lock(&self.leases).contains_key(&id)
+        lock(&self.leases).by_id.contains_key(&id)
     }
 }
 
@@ -151,9 +184,11 @@ mod tests {
         assert!((9..=10).contains(&left));
         assert_eq!(granted, 10);
         assert_eq!(keys, vec![b"b".to_vec()]);
+        assert_eq!((l.lease_of(b"a"), l.lease_of(b"b")), (0, 7));
         assert!(l.lease_exists(7));
         assert_eq!(l.revoke(7), Some(vec![b"b".to_vec()]));
         assert_eq!(l.revoke(7), None);
+        assert_eq!(l.lease_of(b"b"), 0);
         assert!(l.expired().is_empty());
         l.grant(8, 0);
         assert_eq!(l.expired(), vec![8]);

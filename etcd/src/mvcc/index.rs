@@ -70,6 +70,18 @@ impl Index {
         }
     }
 
+    /// `put` of a revision read back from the backend (see `KeyIndex::restore`).
+    pub fn restore(&mut self, key: &[u8], rev: Revision, create_revision: i64, version: i64) {
+        match self.keys.get_mut(key) {
+            Some(ki) => ki.restore(rev, create_revision, version),
+            None => {
+                let mut ki = KeyIndex::new();
+                ki.restore(rev, create_revision, version);
+                self.keys.insert(key.to_vec(), ki);
+            }
+        }
+    }
+
     /// Records a delete; false when the key was not alive.
     pub fn tombstone(&mut self, key: &[u8], rev: Revision) -> bool {
         self.keys.get_mut(key).is_some_and(|ki| ki.tombstone(rev))

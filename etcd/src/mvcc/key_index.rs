@@ -69,6 +69,27 @@ impl KeyIndex {
         }
     }
 
+    /// Records a put at `rev` read back from the backend, whose stored key-value says
+    /// `create_revision` and `version`: after a compaction the first revision left of a
+    /// generation is not its creation, and a put reads both from here, not from the db.
+    pub fn restore(&mut self, rev: Revision, create_revision: i64, version: i64) {
+        match self.generations.last_mut() {
+            Some(g) if g.tombstone.is_none() => g.revs.push(rev),
+            _ => self.generations.push(Generation {
+                // The creation's sub-revision is gone with it; only its main revision is
+                // ever reported.
+                created: if create_revision == rev.main {
+                    rev
+                } else {
+                    Revision::new(create_revision, 0)
+                },
+                first_version: version.max(1),
+                revs: vec![rev],
+                tombstone: None,
+            }),
+        }
+    }
+
     /// Records a delete at `rev`; false if the key is not alive (nothing to delete).
     pub fn tombstone(&mut self, rev: Revision) -> bool {
         match self.generations.last_mut() {
@@ -218,6 +239,23 @@ mod tests {
         assert!(k.tombstone(r(3)));
         assert!(!k.tombstone(r(4)));
         assert!(!k.is_alive());
+    }
+
+    #[test]
+    fn restored_from_a_compacted_history_keeps_creation_and_versions() {
+        // What compaction at 5 leaves of example() in the backend: rev 4 (created 2,
+        // version 2), the tombstone at 6, rev 8 (created 8, version 1).
+        let mut k = KeyIndex::new();
+        k.restore(r(4), 2, 2);
+        assert!(k.tombstone(r(6)));
+        k.restore(r(8), 8, 1);
+        let mut compacted = example();
+        compacted.compact(5);
+        for at in 5..10 {
+            assert_eq!(k.get(at), compacted.get(at), "at {at}");
+        }
+        k.restore(r(10), 8, 2);
+        assert_eq!(k.get(10).map(|s| (s.created, s.version)), Some((r(8), 2)));
     }
 
     #[test]

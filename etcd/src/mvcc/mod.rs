@@ -12,4 +12,6 @@ pub use compaction::CompactionConfig;
 pub use index::{Index, KeyRange};
 pub use key_index::{KeyAt, KeyIndex};
 pub use revision::Revision;
-pub use store::{KvStore, MvccError, RangeResult, ReadView, TxnRead, WriteTxn};
+pub use store::{
+    KvStore, MvccError, PrevKvInterest, RangeResult, ReadView, TxnRead, WriteTxn, prev_kv_missing,
+};

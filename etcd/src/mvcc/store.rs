@@ -9,7 +9,7 @@
 // or `state` alone for a chunk of the index.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use common::backend::{self, Batch, BatchWrite, buckets};
@@ -82,6 +82,26 @@ pub struct KvStore {
     /// Synced watchers and the fan-out of each revision's events to them.
     hub: Arc<WatchHub>,
     counts: OpCounts,
+    /// Watchers that asked for prev_kv (see `prev_kv_interest`).
+    prev_kv_watchers: Arc<AtomicUsize>,
+}
+
+/// Held while a watcher that wants prev_kv exists: writes then read the values they replace
+/// into their events, so that watcher is served from memory. Without one no write reads an
+/// old value it does not return.
+pub struct PrevKvInterest(Arc<AtomicUsize>);
+
+impl Drop for PrevKvInterest {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// True when `e` had a previous key-value that it does not carry (the write did not read it,
+/// see `WriteTxn::put_with`): a delete always replaces one, a put of version > 1 too.
+pub fn prev_kv_missing(e: &Event) -> bool {
+    e.prev_kv.is_none()
+        && (e.r#type == EventType::Delete as i32 || e.kv.as_ref().is_some_and(|k| k.version > 1))
 }
 
 /// etcd's mvcc operation counters (etcd_mvcc_{range,put,delete,txn}_total and
@@ -129,7 +149,7 @@ impl OpCounts {
 const RECENT_REVS: usize = 4096;
 const RECENT_BYTES: usize = 16 << 20;
 
-/// The events of consecutive latest revisions (each with its prev_kv).
+/// The events of consecutive latest revisions (with their prev_kv when a write read it).
 #[derive(Default)]
 struct Recent {
     revs: std::collections::VecDeque<(i64, Arc<Vec<Event>>, usize)>,
@@ -254,7 +274,7 @@ fn load_state(backend: &Batch) -> Result<(State, i64)> {
             if is_tombstone(k) {
                 index.tombstone(&kv.key, rev);
             } else {
-                index.put(&kv.key, rev);
+                index.restore(&kv.key, rev, kv.create_revision, kv.version);
             }
             current_rev = current_rev.max(rev.main);
         }
@@ -301,11 +321,24 @@ impl KvStore {
             on_compacted: Mutex::new(None),
             hub: hub.clone(),
             counts: OpCounts::default(),
+            prev_kv_watchers: Arc::new(AtomicUsize::new(0)),
         });
         compaction::spawn_worker(Arc::downgrade(&store), jobs);
         watch_hub::spawn_dispatcher(Arc::downgrade(&store), hub);
         store.resume_compaction(scheduled);
         Ok(store)
+    }
+
+    /// Registers a watcher that wants prev_kv for as long as the result lives. Events written
+    /// while nobody held one lack their prev_kv (`prev_kv_missing`); such a watcher reads
+    /// those from the backend.
+    pub fn prev_kv_interest(&self) -> PrevKvInterest {
+        self.prev_kv_watchers.fetch_add(1, Ordering::Relaxed);
+        PrevKvInterest(self.prev_kv_watchers.clone())
+    }
+
+    fn prev_wanted(&self) -> bool {
+        self.prev_kv_watchers.load(Ordering::Relaxed) > 0
     }
 
     /// Calls `f` with the revision of each compaction that finished.
@@ -838,14 +871,42 @@ impl<'a> WriteTxn<'a> {
 
     /// Writes `key` = `value` with `lease`; returns the previous key-value if there was one.
     pub fn put(&mut self, key: &[u8], value: &[u8], lease: i64) -> Result<Option<KeyValue>> {
+        self.put_with(key, value, lease, true)
+    }
+
+    /// `put` that reads the previous value from the backend only when `want_prev` asks for
+    /// it or a watcher wants prev_kv (`prev_kv_interest`), and returns it when it read it;
+    /// otherwise it returns None and the event carries no prev_kv. The creation revision and
+    /// version come from the index, as etcd's do: reading the old value's page on every put
+    /// made a random-key load pull the whole db file into memory (issue 19).
+    pub fn put_with(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        lease: i64,
+        want_prev: bool,
+    ) -> Result<Option<KeyValue>> {
         self.tally.puts += 1;
         self.tally.put_bytes += (key.len() + value.len()) as u64;
-        let prev = self.get(key)?;
+        let cur = self.read_rev();
+        let at = self.store.state().index.get(key, cur);
+        let prev = match at {
+            Some(s) if want_prev || self.store.prev_wanted() => Some(self.load(s.modified)?),
+            _ => None,
+        };
         let rev = Revision::new(self.rev(), self.sub);
-        let (created, version) = match &prev {
-            Some(p) => (p.create_revision, p.version + 1),
+        let (created, version) = match at {
+            Some(s) => (s.created.main, s.version + 1),
             None => (rev.main, 1),
         };
+        // The index is what etcd trusts too; the tests check it agrees with the backend.
+        debug_assert!(
+            prev.as_ref()
+                .is_none_or(|p| (p.create_revision, p.version + 1) == (created, version)),
+            "key {key:?}: the index says created {created} version {}, the backend {:?}",
+            version - 1,
+            prev.as_ref().map(|p| (p.create_revision, p.version))
+        );
         let kv = KeyValue {
             key: key.to_vec(),
             create_revision: created,
@@ -869,7 +930,19 @@ impl<'a> WriteTxn<'a> {
 
     /// Deletes the keys of `range` alive now; returns the deleted key-values.
     pub fn delete_range(&mut self, range: KeyRange<'_>) -> Result<Vec<KeyValue>> {
+        self.delete_range_with(range, true).map(|(_, prevs)| prevs)
+    }
+
+    /// Deletes the keys of `range` alive now; returns how many, and the deleted key-values
+    /// when `want_prev` asks for them (read from the backend, as for events when a watcher
+    /// wants prev_kv; otherwise no value page is read, see `put_with`).
+    pub fn delete_range_with(
+        &mut self,
+        range: KeyRange<'_>,
+        want_prev: bool,
+    ) -> Result<(usize, Vec<KeyValue>)> {
         self.tally.deletes += 1;
+        let load = want_prev || self.store.prev_wanted();
         let cur = self.read_rev();
         let victims: Vec<(Vec<u8>, Revision)> = {
             let st = self.store.state();
@@ -879,9 +952,14 @@ impl<'a> WriteTxn<'a> {
                 .map(|(k, s)| (k, s.modified))
                 .collect()
         };
-        let mut deleted = Vec::with_capacity(victims.len());
+        let count = victims.len();
+        let mut deleted = Vec::with_capacity(if want_prev { count } else { 0 });
         for (key, modified) in victims {
-            let prev = self.load(modified)?;
+            let prev = if load {
+                Some(self.load(modified)?)
+            } else {
+                None
+            };
             let rev = Revision::new(self.rev(), self.sub);
             let tomb = KeyValue {
                 key: key.clone(),
@@ -901,11 +979,13 @@ impl<'a> WriteTxn<'a> {
                     mod_revision: rev.main,
                     ..Default::default()
                 }),
-                prev_kv: Some(prev.clone()),
+                prev_kv: prev.clone(),
             });
-            deleted.push(prev);
+            if want_prev && let Some(p) = prev {
+                deleted.push(p);
+            }
         }
-        Ok(deleted)
+        Ok((count, deleted))
     }
 
     /// Schedules a compaction at `rev` with this transaction: reads below `rev` are refused

@@ -15,7 +15,7 @@ use prost::Message;
 use proto::mvccpb::{Event, event::EventType};
 
 use super::index::KeyRange;
-use super::store::KvStore;
+use super::store::{KvStore, prev_kv_missing};
 
 /// What a mailbox holds before its stream's watchers are sent back to catch up from history.
 const MAILBOX_BYTES: usize = 8 << 20;
@@ -374,14 +374,24 @@ fn dispatch_revision(hub: &mut Hub, rev: i64, events: &[Event], woken: &mut Vec<
     // Each matched watcher's events of this revision, in event order.
     let mut per_watcher: HashMap<WatcherKey, Vec<Bytes>> = HashMap::new();
     let mut order: Vec<WatcherKey> = Vec::new();
+    // Watchers that want a prev_kv this revision's write did not read (it began before they
+    // registered their interest): they catch up from the history, which reads it.
+    let mut lacking: Vec<WatcherKey> = Vec::new();
     for (i, e) in events.iter().enumerate() {
         let Some(kv) = e.kv.as_ref() else { continue };
+        let missing = prev_kv_missing(e);
         let exact = hub.exact.get(&kv.key).map(Vec::as_slice).unwrap_or(&[]);
         for k in exact.iter().chain(hub.ranges.iter()) {
             let Some(s) = hub.watchers.get(k) else {
                 continue;
             };
             if rev < s.from_rev || !s.spec.wants(e) {
+                continue;
+            }
+            if missing && s.spec.prev_kv {
+                if !lacking.contains(k) {
+                    lacking.push(*k);
+                }
                 continue;
             }
             let bytes = encoded[i].get(e, s.spec.prev_kv);
@@ -392,6 +402,13 @@ fn dispatch_revision(hub: &mut Hub, rev: i64, events: &[Event], woken: &mut Vec<
                     Vec::new()
                 })
                 .push(bytes);
+        }
+    }
+    for k in lacking {
+        per_watcher.remove(&k);
+        if let Some(s) = hub.remove(k) {
+            lock(&s.mailbox.mail).unsynced.push((k.1, rev));
+            woken.push(s.mailbox);
         }
     }
     for k in order {

@@ -272,7 +272,7 @@ pub fn apply_normal(
                 // Every key of the lease goes in this one revision.
                 let mut res = Ok(());
                 for k in &keys {
-                    if let Err(err) = w.delete_range(KeyRange::new(k, b"")) {
+                    if let Err(err) = w.delete_range_with(KeyRange::new(k, b""), false) {
                         res = Err(kv::mvcc_error(err));
                         break;
                     }
@@ -331,11 +331,12 @@ pub fn apply_normal(
 }
 
 /// Keeps the lessor's key sets in step with the writes: a put moves its key to its new lease,
-/// a delete takes it off its lease.
+/// a delete takes it off its lease. The key's current lease comes from the lessor, not from
+/// the events' prev_kv, which a write fills only when someone wants it.
 fn track_lease_keys(lessor: &Lessor, events: &[Event]) {
     for ev in events {
         let Some(kv) = ev.kv.as_ref() else { continue };
-        let prev_lease = ev.prev_kv.as_ref().map(|p| p.lease).unwrap_or(0);
+        let prev_lease = lessor.lease_of(&kv.key);
         if ev.r#type == EventType::Put as i32 {
             if prev_lease != 0 && prev_lease != kv.lease {
                 lessor.detach(prev_lease, &kv.key);

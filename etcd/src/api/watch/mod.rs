@@ -23,7 +23,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::errors;
 use crate::mvcc::watch_hub::{Delivery, StreamHandle, WatchHub, WatchSpec};
-use crate::mvcc::{KeyRange, KvStore, MvccError};
+use crate::mvcc::{KeyRange, KvStore, MvccError, PrevKvInterest, prev_kv_missing};
 use crate::server::EtcdServer;
 
 /// Events read from the history per round, so one busy watcher cannot build a huge message.
@@ -70,6 +70,8 @@ struct Watcher {
     progress_notify: bool,
     /// Split responses larger than --max-request-bytes (etcd's fragment option).
     fragment: bool,
+    /// With prev_kv: makes writes put the old values in their events while this lives.
+    _prev_interest: Option<PrevKvInterest>,
 }
 
 type Out = mpsc::Sender<Result<WatchFrame, Status>>;
@@ -180,6 +182,9 @@ impl StreamState {
             no_delete: c.filters.contains(&(FilterType::Nodelete as i32)),
             prev_kv: c.prev_kv,
         };
+        // Before the watcher joins the hub, so most events it is handed carry their prev_kv
+        // (the hub sends it back to the history for any that do not).
+        let prev_interest = spec.prev_kv.then(|| self.store.prev_kv_interest());
         let (next_rev, synced) = if c.start_revision <= 0 {
             let from = self
                 .hub
@@ -196,6 +201,7 @@ impl StreamState {
                 synced,
                 progress_notify: c.progress_notify,
                 fragment: c.fragment,
+                _prev_interest: prev_interest,
             },
         );
         self.send(
@@ -438,7 +444,11 @@ async fn read_history(
     if let Some((events, through)) =
         store.events_cached_for(from, current, EVENTS_PER_ROUND, |e| spec.wants(e))
     {
-        return Ok(trim_round(events, through));
+        let (mut events, through) = trim_round(events, through);
+        if spec.prev_kv {
+            fill_prev_kvs(store, &mut events).await;
+        }
+        return Ok((events, through));
     }
     let s = store.clone();
     let read = tokio::task::spawn_blocking(move || s.events(from, current, EVENTS_PER_ROUND))
@@ -466,22 +476,45 @@ async fn read_history(
         .filter(|e| rev_of(e) <= through && spec.wants(e))
         .collect();
     if spec.prev_kv {
-        for e in &mut mine {
-            let Some(kv) = e.kv.as_ref() else { continue };
-            let key = kv.key.clone();
-            let before = kv.mod_revision - 1;
-            let s = store.clone();
-            e.prev_kv = tokio::task::spawn_blocking(move || {
-                s.range(KeyRange::new(&key, b""), before, 1)
-                    .ok()
-                    .and_then(|r| r.kvs.into_iter().next())
-            })
-            .await
-            .ok()
-            .flatten();
-        }
+        fill_prev_kvs(store, &mut mine).await;
     }
     Ok((mine, through))
+}
+
+/// Reads from the backend the prev_kv of the events that had one and do not carry it (read
+/// from the history, or written while no watcher wanted prev_kv): the key as of the
+/// revision before. A prev_kv compacted away meanwhile stays missing, as in etcd.
+async fn fill_prev_kvs(store: &Arc<KvStore>, events: &mut [Event]) {
+    let missing: Vec<(usize, Vec<u8>, i64)> = events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| prev_kv_missing(e))
+        .filter_map(|(i, e)| {
+            e.kv.as_ref()
+                .map(|kv| (i, kv.key.clone(), kv.mod_revision - 1))
+        })
+        .collect();
+    if missing.is_empty() {
+        return;
+    }
+    let s = store.clone();
+    let found = tokio::task::spawn_blocking(move || {
+        missing
+            .into_iter()
+            .map(|(i, key, before)| {
+                let prev = s
+                    .range(KeyRange::new(&key, b""), before, 1)
+                    .ok()
+                    .and_then(|r| r.kvs.into_iter().next());
+                (i, prev)
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap_or_default();
+    for (i, prev) in found {
+        events[i].prev_kv = prev;
+    }
 }
 
 async fn run_stream(

@@ -1,0 +1,243 @@
+// Scale benchmark (issue 19): a million puts on random keys into one member of etcd 3.4 and of
+// ours, side by side: load time, resident memory split into heap and db file pages, restart.
+//
+// The load: BENCH_SCALE_PUTS (1,000,000) puts of 256-byte values, each on a key drawn uniformly
+// (with replacement) from BENCH_SCALE_KEYS (1,000,000) 8-byte keys, from 64 clients over 4
+// connections, as etcd's `benchmark put --key-space-size` does (so about 63% of the key space is
+// live at the end). Both servers run with --quota-backend-bytes 8589934592. Then, per server:
+// RSS total/anon/file (/proc/<pid>/status), what of the db file is resident in the server's
+// mapping (/proc/<pid>/smaps), the db file size; kill -9, restart (until `endpoint health`
+// answers) and the same memory figures after the restart.
+//
+// Run: scripts/bench.sh scale   (BENCH_ONLY=etcd|ours runs one server; BENCH_OURS_BIN=<path>
+// measures another build of ours, e.g. an older one; quick: BENCH_SCALE_PUTS=200000
+// BENCH_SCALE_KEYS=200000 scripts/bench.sh scale)
+
+#[path = "../../common/tests/support/mod.rs"]
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use proto::etcdserverpb::{PutRequest, RangeRequest, kv_client::KvClient};
+use tonic::transport::{Channel, Endpoint};
+
+const OURS: &str = env!("CARGO_BIN_EXE_etcd");
+const CLIENTS: usize = 64;
+const CONNS: usize = 4;
+const VALUE: usize = 256;
+const QUOTA: &str = "8589934592";
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Memory of one process, MiB.
+#[derive(Default, Clone, Copy)]
+struct Mem {
+    total: f64,
+    anon: f64,
+    file: f64,
+    /// Resident pages of the db file's mapping.
+    db_mapped: f64,
+}
+
+fn status_kib(pid: u32, field: &str) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Sum of `Rss:` over the mappings of files named member/snap/db, KiB.
+fn db_mapped_kib(pid: u32) -> f64 {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
+    let mut in_db = false;
+    let mut kib = 0.0;
+    for l in smaps.lines() {
+        // A mapping's header starts with its address range; its fields are "Name: value".
+        let first = l.split_whitespace().next().unwrap_or("");
+        if first.contains('-') && !first.ends_with(':') {
+            in_db = l.trim_end().ends_with("/member/snap/db");
+        } else if in_db && let Some(v) = l.strip_prefix("Rss:") {
+            kib += v
+                .split_whitespace()
+                .next()
+                .and_then(|n| n.parse::<f64>().ok())
+                .unwrap_or(0.0);
+        }
+    }
+    kib
+}
+
+fn mem(pid: u32) -> Mem {
+    Mem {
+        total: status_kib(pid, "VmRSS:") / 1024.0,
+        anon: status_kib(pid, "RssAnon:") / 1024.0,
+        file: status_kib(pid, "RssFile:") / 1024.0,
+        db_mapped: db_mapped_kib(pid) / 1024.0,
+    }
+}
+
+async fn connect(url: &str) -> Channel {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ep = Endpoint::from_shared(url.to_string())
+            .expect("client URL")
+            .connect_timeout(Duration::from_secs(2))
+            .timeout(Duration::from_secs(60));
+        if let Ok(ch) = ep.connect().await
+            && KvClient::new(ch.clone())
+                .range(RangeRequest {
+                    key: b"x".to_vec(),
+                    serializable: true,
+                    ..Default::default()
+                })
+                .await
+                .is_ok()
+        {
+            return ch;
+        }
+        assert!(Instant::now() < deadline, "server at {url} did not answer");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// splitmix64: a fixed, dependency-free key sequence per client.
+fn next(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The random put load; (seconds, failed puts).
+async fn load(url: &str, puts: u64, keys: u64) -> (f64, u64) {
+    let mut conns = Vec::new();
+    for _ in 0..CONNS {
+        conns.push(connect(url).await);
+    }
+    let left = Arc::new(AtomicU64::new(puts));
+    let failed = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..CLIENTS)
+        .map(|c| {
+            let mut kv = KvClient::new(conns[c % CONNS].clone());
+            let (left, failed) = (left.clone(), failed.clone());
+            tokio::spawn(async move {
+                let mut seed = c as u64 + 1;
+                let value = vec![b'v'; VALUE];
+                while left
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                    .is_ok()
+                {
+                    let k = next(&mut seed) % keys;
+                    let put = PutRequest {
+                        key: format!("{k:08x}").into_bytes(),
+                        value: value.clone(),
+                        ..Default::default()
+                    };
+                    if kv.put(put).await.is_err() {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("client task");
+    }
+    (
+        start.elapsed().as_secs_f64(),
+        failed.load(Ordering::Relaxed),
+    )
+}
+
+struct Measured {
+    load_secs: f64,
+    failed: u64,
+    after_load: Mem,
+    db_mib: f64,
+    restart_secs: f64,
+    after_restart: Mem,
+}
+
+fn run(name: &str, bin: &str, dir: &std::path::Path, puts: u64, keys: u64) -> Measured {
+    let flags = ["--quota-backend-bytes", QUOTA];
+    let mut s = support::RealEtcd::start_bin(bin, &dir.join(name), "scale", &flags);
+    let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
+    eprintln!("scale: {puts} puts over {keys} keys on {name}");
+    let (load_secs, failed) = rt.block_on(load(&s.client_url, puts, keys));
+    // Both backends commit every 100 ms: let the last batch land.
+    std::thread::sleep(Duration::from_secs(2));
+    let pid = s.child.as_ref().map(|c| c.id()).unwrap_or(0);
+    let after_load = mem(pid);
+    let db_mib = std::fs::metadata(s.data_dir.join("member/snap/db"))
+        .map(|m| m.len() as f64 / (1 << 20) as f64)
+        .unwrap_or(0.0);
+    let t = Instant::now();
+    s.restart_within(bin, &flags, Duration::from_secs(300));
+    let restart_secs = t.elapsed().as_secs_f64();
+    std::thread::sleep(Duration::from_secs(2));
+    let pid = s.child.as_ref().map(|c| c.id()).unwrap_or(0);
+    let after_restart = mem(pid);
+    Measured {
+        load_secs,
+        failed,
+        after_load,
+        db_mib,
+        restart_secs,
+        after_restart,
+    }
+}
+
+fn main() {
+    let puts = env("BENCH_SCALE_PUTS", 1_000_000);
+    let keys = env("BENCH_SCALE_KEYS", 1_000_000).max(1);
+    let only = std::env::var("BENCH_ONLY").ok();
+    let ours = std::env::var("BENCH_OURS_BIN").unwrap_or_else(|_| OURS.to_string());
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let mut out: [Option<Measured>; 2] = [None, None];
+    for (i, (name, bin)) in [("etcd", "etcd"), ("ours", ours.as_str())]
+        .iter()
+        .enumerate()
+    {
+        if only.as_deref().is_none_or(|o| o == *name) {
+            out[i] = Some(run(name, bin, tmp.path(), puts, keys));
+        }
+    }
+    println!(
+        "scale: {puts} puts of {VALUE}-byte values on random keys of {keys}, {CLIENTS} clients, \
+         one member, --quota-backend-bytes {QUOTA}; ours: {ours}"
+    );
+    println!(
+        "{:<40} {:>10} {:>10} {:>10}",
+        "", "etcd 3.4", "etcd-rs", "ours/etcd"
+    );
+    let row = |label: &str, f: &dyn Fn(&Measured) -> f64| {
+        let v = |i: usize| out[i].as_ref().map(f).unwrap_or(0.0);
+        let (a, b) = (v(0), v(1));
+        let ratio = if a > 0.0 { b / a } else { 0.0 };
+        println!("{label:<40} {a:>10.2} {b:>10.2} {ratio:>10.2}");
+    };
+    row("load, s", &|m| m.load_secs);
+    row("puts/s", &|m| puts as f64 / m.load_secs.max(1e-9));
+    row("failed puts", &|m| m.failed as f64);
+    row("RSS after load, MiB", &|m| m.after_load.total);
+    row("  anon (heap), MiB", &|m| m.after_load.anon);
+    row("  file-backed, MiB", &|m| m.after_load.file);
+    row("  db mapping resident, MiB", &|m| m.after_load.db_mapped);
+    row("db file, MiB", &|m| m.db_mib);
+    row("restart after kill -9, s", &|m| m.restart_secs);
+    row("RSS after restart, MiB", &|m| m.after_restart.total);
+    row("  anon (heap), MiB", &|m| m.after_restart.anon);
+    row("  file-backed, MiB", &|m| m.after_restart.file);
+    row("  db mapping resident, MiB", &|m| m.after_restart.db_mapped);
+}

@@ -326,6 +326,58 @@ async fn idle_watch(
     (stream, tx, start)
 }
 
+/// A synced watcher whose client reads late still gets one response per revision, each
+/// with that revision in its header, as etcd sends them (a gateway client prints each
+/// response as a line, so merging two revisions was visible there).
+#[test]
+fn a_synced_watcher_gets_one_response_per_revision() {
+    let results = both(&[], |url| {
+        let rt = tokio::runtime::Runtime::new().expect("runtime");
+        rt.block_on(async {
+            let (mut stream, tx, start) = idle_watch(url).await;
+            let mut kv = KvClient::connect(url.to_string()).await.expect("connect");
+            // 12 revisions of 600 KB: more than the stream buffers before it waits for the
+            // client, less than a watcher may hold before etcd or we treat it as behind.
+            for _ in 0..12 {
+                kv.put(PutRequest {
+                    key: b"s/k".to_vec(),
+                    value: vec![b'v'; 600_000],
+                    ..Default::default()
+                })
+                .await
+                .expect("put");
+            }
+            let (mut sizes, mut revs) = (Vec::new(), Vec::new());
+            while revs.len() < 12 {
+                let r = tokio::time::timeout(std::time::Duration::from_secs(10), stream.message())
+                    .await
+                    .expect("watch response in time")
+                    .expect("watch stream")
+                    .expect("a response");
+                if r.events.is_empty() {
+                    continue;
+                }
+                let header_rev = r.header.expect("header").revision;
+                for e in &r.events {
+                    let rev = e.kv.as_ref().expect("kv").mod_revision;
+                    assert_eq!(
+                        rev, header_rev,
+                        "an event of another revision than the header's"
+                    );
+                    revs.push(rev);
+                }
+                sizes.push(r.events.len());
+            }
+            drop(tx);
+            assert_eq!(revs, (start..start + 12).collect::<Vec<_>>());
+            (sizes, Vec::new(), revs)
+        })
+    });
+    for (sizes, _, _) in &results {
+        assert_eq!(sizes, &vec![1; 12], "one response per revision");
+    }
+}
+
 #[test]
 fn a_watcher_that_stops_reading_blocks_no_one_and_catches_up_later() {
     let tmp = tempfile::tempdir().expect("temp dir");

@@ -31,6 +31,11 @@ const EVENTS_PER_ROUND: usize = 1000;
 /// Bytes of events per response (whole revisions; a single larger revision goes whole).
 const ROUND_BYTES: usize = 1 << 20;
 
+/// Revisions of one synced watcher waiting in its stream's mailbox beyond which they go
+/// merged into fewer responses: etcd keeps 128 responses per watcher before it treats the
+/// watcher as behind and catches it up in batches.
+const MERGE_BEHIND: usize = 128;
+
 /// Responses buffered per stream before the stream task waits for the client: with rounds
 /// of about ROUND_BYTES, this bounds what a client that stops reading makes us hold.
 const STREAM_BUFFER: usize = 4;
@@ -233,9 +238,11 @@ impl StreamState {
         .await
     }
 
-    /// Sends what the hub delivered to this stream's synced watchers, each watcher's
-    /// revisions merged into responses of about ROUND_BYTES; watchers the hub let go catch
-    /// up from history. Returns the revision the deliveries cover, or None if the client is
+    /// Sends what the hub delivered to this stream's synced watchers: one response per
+    /// revision, as etcd sends a synced watcher, unless a watcher fell more than
+    /// MERGE_BEHIND revisions behind (etcd then catches it up with merged responses too):
+    /// its revisions go merged into responses of about ROUND_BYTES. Watchers the hub let go
+    /// catch up from history. Returns the revision the deliveries cover, or None if the client is
     /// gone.
     async fn drain(&mut self) -> Option<i64> {
         let taken = self.hub.take(&self.handle);
@@ -252,6 +259,7 @@ impl StreamState {
         }
         for id in order {
             let Some(ds) = per.remove(&id) else { continue };
+            let merge = ds.len() > MERGE_BEHIND;
             let mut events: Vec<Bytes> = Vec::new();
             let mut size = 0;
             let mut last_rev = 0;
@@ -263,7 +271,7 @@ impl StreamState {
                     continue;
                 }
                 w.next_rev = d.rev + 1;
-                if size > ROUND_BYTES && !events.is_empty() {
+                if (!merge || size > ROUND_BYTES) && !events.is_empty() {
                     if !self
                         .send_events(id, last_rev, std::mem::take(&mut events))
                         .await

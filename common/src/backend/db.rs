@@ -491,6 +491,20 @@ impl Db {
     pub fn txid(&self) -> u64 {
         self.meta().txid
     }
+
+    /// Unmaps from this process the db pages it has touched (a whole scan, as the index
+    /// rebuild at start does): the page cache keeps them and the next access maps a page
+    /// again, so nothing changes for readers but the resident set, which then holds only
+    /// what requests touch (issue 19). Best effort: a failure only leaves pages resident.
+    pub fn release_resident(&self) {
+        let map = lock(&self.shared.view).map.clone();
+        // Safety: the map is a shared, read-only file mapping, so dropping its pages loses
+        // nothing: a later read faults the same bytes back in from the page cache or the
+        // file, and readers holding slices of it see the same contents.
+        if let Err(e) = unsafe { map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) } {
+            tracing::debug!(path = %self.shared.path.display(), error = %e, "madvise(DONTNEED) on the db map");
+        }
+    }
 }
 
 /// Grows the file to exactly `needed` bytes, allocating the new blocks now (fallocate) so a

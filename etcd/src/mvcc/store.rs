@@ -46,6 +46,9 @@ struct State {
     compact_rev: i64,
     consistent_index: u64,
     term: u64,
+    /// The live keys that carry a lease, as the rebuild at open found them; the lessor takes
+    /// them once (`take_leased_keys`), so a restart never reads every value again for them.
+    leased: Vec<(Vec<u8>, i64)>,
 }
 
 /// The result of a read: key-values in key order, how many keys matched, and the store's
@@ -257,6 +260,8 @@ fn load_state(backend: &Batch) -> Result<(State, i64)> {
     let scheduled = rev_of(backend.get(buckets::META, SCHEDULED_COMPACT_KEY)?).unwrap_or(0);
 
     let mut index = Index::new();
+    // Revisions come in order, so each key's last write decides its lease.
+    let mut leased: std::collections::HashMap<Vec<u8>, i64> = std::collections::HashMap::new();
     let mut current_rev = 1; // etcd's first write gets revision 2
     let mut start = Revision::new(0, 0).to_bytes().to_vec();
     let end = rev_key_upper_bound();
@@ -273,8 +278,14 @@ fn load_state(backend: &Batch) -> Result<(State, i64)> {
                 .map_err(|e| MvccError::Corrupt(format!("bad key-value at revision {rev}: {e}")))?;
             if is_tombstone(k) {
                 index.tombstone(&kv.key, rev);
+                leased.remove(&kv.key);
             } else {
                 index.restore(&kv.key, rev, kv.create_revision, kv.version);
+                if kv.lease != 0 {
+                    leased.insert(kv.key, kv.lease);
+                } else {
+                    leased.remove(&kv.key);
+                }
             }
             current_rev = current_rev.max(rev.main);
         }
@@ -288,6 +299,7 @@ fn load_state(backend: &Batch) -> Result<(State, i64)> {
             compact_rev: finished,
             consistent_index,
             term,
+            leased: leased.into_iter().collect(),
         },
         scheduled,
     ))
@@ -303,6 +315,8 @@ impl KvStore {
     /// `open` with the compaction's pace.
     pub fn open_with(backend: Arc<Batch>, compaction: CompactionConfig) -> Result<Arc<KvStore>> {
         let (state, scheduled) = load_state(&backend)?;
+        // The rebuild read the whole key bucket; requests need only some of it.
+        backend.db().release_resident();
         let jobs = Arc::new(Jobs::default());
         let hub = Arc::new(WatchHub::new(state.current_rev));
         let store = Arc::new(KvStore {
@@ -356,6 +370,7 @@ impl KvStore {
         self.jobs.clear();
         self.backend.replace_db(db);
         let (state, scheduled) = load_state(&self.backend)?;
+        self.backend.db().release_resident();
         let rev = state.current_rev;
         *lock(&self.recent) = Recent::default();
         *self.state_mut() = state;
@@ -363,6 +378,13 @@ impl KvStore {
         self.rev_tx.send_replace(rev);
         self.hub.published(rev);
         Ok(())
+    }
+
+    /// The live keys with a lease as of the last open or restore, with their leases; only the
+    /// first call after it gets them (the lessor attaches them at start and after a
+    /// snapshot is installed).
+    pub fn take_leased_keys(&self) -> Vec<(Vec<u8>, i64)> {
+        std::mem::take(&mut self.state_mut().leased)
     }
 
     /// Schedules again a compaction a crash interrupted (its mark is newer than the finished

@@ -610,14 +610,10 @@ pub fn leases_of(cfg: &Config, kv: &KvStore) -> Lessor {
             lessor.grant(l.id, l.ttl);
         }
     }
-    // Through a read view: the server's own read is not a client's range in /metrics.
-    if let Ok(all) = kv
-        .read_view()
-        .range(crate::mvcc::KeyRange::new(b"\0", b"\0"), 0, 0)
-    {
-        for k in all.kvs.iter().filter(|k| k.lease != 0) {
-            lessor.attach(k.lease, &k.key);
-        }
+    // Found by the index rebuild, which read every key-value anyway: reading them all again
+    // here held every value in memory at once (issue 19).
+    for (key, lease) in kv.take_leased_keys() {
+        lessor.attach(lease, &key);
     }
     lessor.extend_all(cfg.election_timeout);
     lessor

@@ -7,6 +7,8 @@
 // Compacting at 5 keeps rev 4 (the state at 5) and drops rev 2; compacting at 7 drops the whole
 // first generation, tombstone included, since nothing at or after 7 can see it.
 
+use std::num::NonZeroI64;
+
 use super::revision::Revision;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,9 +48,48 @@ pub struct Compacted {
     pub empty: bool,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// A key's history. Most keys hold one revision of one live generation (a key put once, or
+/// what a compaction left of it), kept inline; only a longer history allocates its
+/// generations. The index holds one of these per key, so its size is the index's heap
+/// (issue 19).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyIndex {
-    generations: Vec<Generation>,
+    repr: Repr,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Repr {
+    /// One live generation with one revision: `modified`, of version `version`, in the
+    /// generation created at main revision `created`.
+    One {
+        modified: Revision,
+        created: i64,
+        /// Non-zero (versions start at 1), which lets the enum fit in 32 bytes.
+        version: NonZeroI64,
+    },
+    /// Any other history (none at all included), oldest generation first.
+    Gens(Vec<Generation>),
+}
+
+impl Default for KeyIndex {
+    fn default() -> KeyIndex {
+        KeyIndex {
+            repr: Repr::Gens(Vec::new()),
+        }
+    }
+}
+
+const FIRST_VERSION: NonZeroI64 = NonZeroI64::new(1).unwrap();
+
+/// The creation revision of a generation whose first revision left is `first`: the
+/// creation's sub-revision is only known when that is the creation itself, and only its
+/// main revision is ever reported.
+fn created_rev(first: Revision, created: i64) -> Revision {
+    if created == first.main {
+        first
+    } else {
+        Revision::new(created, 0)
+    }
 }
 
 impl KeyIndex {
@@ -56,11 +97,56 @@ impl KeyIndex {
         KeyIndex::default()
     }
 
+    /// The generations, made explicit for a change (a key held inline gets its one).
+    fn gens_mut(&mut self) -> &mut Vec<Generation> {
+        if let Repr::One {
+            modified,
+            created,
+            version,
+        } = self.repr
+        {
+            self.repr = Repr::Gens(vec![Generation {
+                created: created_rev(modified, created),
+                first_version: version.get(),
+                revs: vec![modified],
+                tombstone: None,
+            }]);
+        }
+        match &mut self.repr {
+            Repr::Gens(g) => g,
+            Repr::One { .. } => unreachable!("converted above"),
+        }
+    }
+
+    /// Goes back inline when the history is down to one revision of one live generation.
+    fn shrink(&mut self) {
+        if let Repr::Gens(g) = &self.repr
+            && let [only] = g.as_slice()
+            && let ([rev], None) = (only.revs.as_slice(), only.tombstone)
+            && let Some(version) = NonZeroI64::new(only.first_version)
+        {
+            self.repr = Repr::One {
+                modified: *rev,
+                created: only.created.main,
+                version,
+            };
+        }
+    }
+
     /// Records a put at `rev` (which must be later than anything recorded).
     pub fn put(&mut self, rev: Revision) {
-        match self.generations.last_mut() {
+        if matches!(&self.repr, Repr::Gens(g) if g.is_empty()) {
+            self.repr = Repr::One {
+                modified: rev,
+                created: rev.main,
+                version: FIRST_VERSION,
+            };
+            return;
+        }
+        let gens = self.gens_mut();
+        match gens.last_mut() {
             Some(g) if g.tombstone.is_none() => g.revs.push(rev),
-            _ => self.generations.push(Generation {
+            _ => gens.push(Generation {
                 created: rev,
                 first_version: 1,
                 revs: vec![rev],
@@ -73,16 +159,21 @@ impl KeyIndex {
     /// `create_revision` and `version`: after a compaction the first revision left of a
     /// generation is not its creation, and a put reads both from here, not from the db.
     pub fn restore(&mut self, rev: Revision, create_revision: i64, version: i64) {
-        match self.generations.last_mut() {
+        if matches!(&self.repr, Repr::Gens(g) if g.is_empty()) {
+            self.repr = Repr::One {
+                modified: rev,
+                created: create_revision,
+                version: NonZeroI64::new(version)
+                    .unwrap_or(FIRST_VERSION)
+                    .max(FIRST_VERSION),
+            };
+            return;
+        }
+        let gens = self.gens_mut();
+        match gens.last_mut() {
             Some(g) if g.tombstone.is_none() => g.revs.push(rev),
-            _ => self.generations.push(Generation {
-                // The creation's sub-revision is gone with it; only its main revision is
-                // ever reported.
-                created: if create_revision == rev.main {
-                    rev
-                } else {
-                    Revision::new(create_revision, 0)
-                },
+            _ => gens.push(Generation {
+                created: created_rev(rev, create_revision),
                 first_version: version.max(1),
                 revs: vec![rev],
                 tombstone: None,
@@ -92,30 +183,51 @@ impl KeyIndex {
 
     /// Records a delete at `rev`; false if the key is not alive (nothing to delete).
     pub fn tombstone(&mut self, rev: Revision) -> bool {
-        match self.generations.last_mut() {
-            Some(g) if g.tombstone.is_none() => {
+        if !self.is_alive() {
+            return false;
+        }
+        match self.gens_mut().last_mut() {
+            Some(g) => {
                 g.tombstone = Some(rev);
                 true
             }
-            _ => false,
+            None => false,
         }
     }
 
     /// True when the key exists now (its last generation has no tombstone).
     pub fn is_alive(&self) -> bool {
-        self.generations
-            .last()
-            .is_some_and(|g| g.tombstone.is_none())
+        match &self.repr {
+            Repr::One { .. } => true,
+            Repr::Gens(g) => g.last().is_some_and(|g| g.tombstone.is_none()),
+        }
     }
 
     /// The latest change of any kind (put or delete).
     pub fn modified(&self) -> Option<Revision> {
-        self.generations.last().map(Generation::last)
+        match &self.repr {
+            Repr::One { modified, .. } => Some(*modified),
+            Repr::Gens(g) => g.last().map(Generation::last),
+        }
     }
 
     /// The key as of revision `at` (main revision), or None if it did not exist then.
     pub fn get(&self, at: i64) -> Option<KeyAt> {
-        for g in self.generations.iter().rev() {
+        let gens = match &self.repr {
+            Repr::One {
+                modified,
+                created,
+                version,
+            } => {
+                return (modified.main <= at).then(|| KeyAt {
+                    modified: *modified,
+                    created: created_rev(*modified, *created),
+                    version: version.get(),
+                });
+            }
+            Repr::Gens(g) => g,
+        };
+        for g in gens.iter().rev() {
             let Some(first) = g.revs.first() else {
                 continue;
             };
@@ -141,8 +253,18 @@ impl KeyIndex {
     /// Every revision (puts and the delete) with main ≥ `since`, ascending: what a watcher
     /// catching up from `since` must replay for this key.
     pub fn revisions_since(&self, since: i64) -> Vec<Revision> {
+        let gens = match &self.repr {
+            Repr::One { modified, .. } => {
+                return if modified.main >= since {
+                    vec![*modified]
+                } else {
+                    Vec::new()
+                };
+            }
+            Repr::Gens(g) => g,
+        };
         let mut out = Vec::new();
-        for g in &self.generations {
+        for g in gens {
             out.extend(g.revs.iter().filter(|r| r.main >= since));
             if let Some(t) = g.tombstone.filter(|t| t.main >= since) {
                 out.push(t);
@@ -154,8 +276,16 @@ impl KeyIndex {
     /// Drops the history no read at or after `at` can see. Returns the revision kept as the
     /// state at `at` (so the backend keeps its value) and whether the key is now empty.
     pub fn compact(&mut self, at: i64) -> Compacted {
+        if let Repr::One { modified, .. } = self.repr {
+            // One revision: kept if it is the state at `at`, and nothing to drop.
+            return Compacted {
+                kept: (modified.main <= at).then_some(modified),
+                empty: false,
+            };
+        }
         let mut kept = None;
-        self.generations.retain_mut(|g| {
+        let gens = self.gens_mut();
+        gens.retain_mut(|g| {
             if g.tombstone.is_some_and(|t| t.main <= at) {
                 return false;
             }
@@ -167,10 +297,9 @@ impl KeyIndex {
             }
             true
         });
-        Compacted {
-            kept,
-            empty: self.generations.is_empty(),
-        }
+        let empty = gens.is_empty();
+        self.shrink();
+        Compacted { kept, empty }
     }
 
     /// Every revision still recorded (for rebuilding and consistency checks).
@@ -229,6 +358,30 @@ mod tests {
         assert!(k.is_alive());
         assert_eq!(k.modified(), Some(r(8)));
         assert_eq!(k.revisions_since(4), vec![r(4), r(6), r(8)]);
+    }
+
+    #[test]
+    fn a_key_put_once_costs_no_allocation() {
+        // The index holds one KeyIndex per key: its size is most of the index's heap.
+        assert!(std::mem::size_of::<KeyIndex>() <= 32);
+        let mut k = KeyIndex::new();
+        k.put(r(3));
+        assert!(matches!(k.repr, Repr::One { .. }));
+        k.put(r(5));
+        assert!(matches!(k.repr, Repr::Gens(_)));
+        // Compaction that leaves one revision goes back inline, versions kept.
+        k.compact(6);
+        assert!(matches!(k.repr, Repr::One { .. }));
+        assert_eq!(
+            k.get(6),
+            Some(KeyAt {
+                modified: r(5),
+                created: r(3),
+                version: 2
+            })
+        );
+        k.put(r(7));
+        assert_eq!(k.get(7).map(|s| (s.created, s.version)), Some((r(3), 3)));
     }
 
     #[test]

@@ -306,6 +306,18 @@ fn leases_survive_a_restart_and_then_expire_with_their_keys() {
     let id = granted.split_whitespace().nth(1).unwrap().to_string();
     let (code, _, err) = ctl(&ours, &["put", "temp", "v", &format!("--lease={id}")], None);
     assert_eq!(code, 0, "{err}");
+    // Keys that left the lease before the restart (overwritten without it, deleted) stay
+    // detached after it: the key's last write decides.
+    let lease = format!("--lease={id}");
+    for args in [
+        &["put", "moved", "v", lease.as_str()][..],
+        &["put", "moved", "v2"],
+        &["put", "gone", "v", lease.as_str()],
+        &["del", "gone"],
+    ] {
+        let (code, _, err) = ctl(&ours, args, None);
+        assert_eq!(code, 0, "{args:?}: {err}");
+    }
     ours.restart(OURS, &[]);
     let (_, ttl, _) = ctl(&ours, &["lease", "timetolive", &id, "--keys"], None);
     assert!(ttl.contains("attached keys([temp])"), "{ttl}");

@@ -12,6 +12,7 @@ use tonic::{Request, Response, Status};
 
 use super::auth::{self as api_auth, identity};
 use super::errors::{self, ApiError};
+use super::range_stream;
 use super::validate;
 use crate::api::errors::ToStatus;
 use crate::apply::kv;
@@ -133,6 +134,41 @@ impl Kv for KvService {
             }
             _ => Err(unexpected()),
         }
+    }
+
+    type RangeStreamStream = tokio_stream::wrappers::ReceiverStream<
+        Result<proto::etcdserverpb::RangeStreamResponse, Status>,
+    >;
+
+    /// etcd 3.7's streamed Range: checked and authorized as Range, then read in pages at one
+    /// revision (api/range_stream.rs).
+    async fn range_stream(
+        &self,
+        request: Request<RangeRequest>,
+    ) -> Result<Response<Self::RangeStreamStream>, Status> {
+        let ai = identity(&self.server, &request)?;
+        let r = request.into_inner();
+        self.server.guard(r.serializable)?;
+        validate::check_range(&r)?;
+        range_stream::check_order(&r)?;
+        if !r.serializable {
+            self.server.linearizable_read().await?;
+        }
+        self.server
+            .auth()
+            .check(&ai, &r.key, &r.range_end, Access::Read)?;
+        self.check_fresh(&ai)?;
+        // The first message: cluster, member and term, no revision yet.
+        let header = self.server.header(0).unwrap_or_default();
+        let chunks = range_stream::spawn(
+            self.server.kv().clone(),
+            r,
+            header,
+            self.server.cfg().max_request_bytes,
+        );
+        Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(
+            chunks,
+        )))
     }
 
     async fn txn(&self, request: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {

@@ -11,6 +11,7 @@ pub mod kv;
 pub mod lease;
 pub mod lock;
 pub mod maintenance;
+pub mod range_stream;
 pub mod serve;
 pub mod validate;
 pub mod watch;

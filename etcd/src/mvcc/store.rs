@@ -213,7 +213,18 @@ fn read_u64(v: Option<Vec<u8>>) -> u64 {
 const READ_CHUNK: usize = 256;
 
 /// Keys picked from the index with their state as of the read revision.
-type Picked = Vec<(Vec<u8>, super::KeyAt)>;
+pub type Picked = Vec<(Vec<u8>, super::KeyAt)>;
+
+/// Refuses a read at `at` past `newest` or below the compaction point.
+fn check_at(st: &State, at: i64, newest: i64) -> Result<()> {
+    if at > newest {
+        return Err(MvccError::FutureRev);
+    }
+    if at < st.compact_rev {
+        return Err(MvccError::Compacted);
+    }
+    Ok(())
+}
 
 /// Validates `at` against the store's revisions and picks the keys of `range` from the
 /// index: (keys with their state, how many keys match in all).
@@ -224,12 +235,7 @@ fn pick(
     newest: i64,
     limit: usize,
 ) -> Result<(Picked, usize)> {
-    if at > newest {
-        return Err(MvccError::FutureRev);
-    }
-    if at < st.compact_rev {
-        return Err(MvccError::Compacted);
-    }
+    check_at(st, at, newest)?;
     let picked = st.index.range(range, at, limit);
     let count = if limit == 0 || picked.len() < limit {
         picked.len()
@@ -791,6 +797,34 @@ impl ReadView<'_> {
             count,
             rev: self.rev,
         })
+    }
+
+    /// Counts this view as one range in /metrics (a streamed range reads it in pages).
+    pub fn counted_as_range(mut self) -> Self {
+        self.tally.ranges = 1;
+        self
+    }
+
+    /// A page of a streamed range: up to `limit` keys of `range` alive at `at` (0 = the
+    /// view's revision) with their state, in key order, without counting the others.
+    pub fn pick_page(&self, range: KeyRange<'_>, at: i64, limit: usize) -> Result<Picked> {
+        let at = if at <= 0 { self.rev } else { at };
+        let st = self.store.state();
+        check_at(&st, at, self.rev)?;
+        Ok(st.index.range(range, at, limit))
+    }
+
+    /// The key-values of keys picked at `at` (`pick_page`); `Compacted` when a compaction
+    /// removed them meanwhile.
+    pub fn values(&self, picked: Picked, at: i64) -> Result<Vec<KeyValue>> {
+        let at = if at <= 0 { self.rev } else { at };
+        self.store.load_values(picked, at)
+    }
+
+    /// How many keys of `range` are alive at `at` (0 = the view's revision).
+    pub fn count(&self, range: KeyRange<'_>, at: i64) -> usize {
+        let at = if at <= 0 { self.rev } else { at };
+        self.store.state().index.count(range, at)
     }
 }
 

@@ -1,0 +1,296 @@
+// RangeStream (etcd 3.7, issue 17): for every kind of Range request, the chunks merged in order
+// (as proto.Merge merges them) equal the unary Range's answer; a large range comes in several
+// chunks; sorts other than the store's order are refused; a compacted revision is etcd's error.
+
+#[path = "../../common/tests/support/mod.rs"]
+mod support;
+
+use proto::etcdserverpb::{
+    CompactionRequest, DeleteRangeRequest, PutRequest, RangeRequest, RangeResponse, RequestOp,
+    ResponseHeader, TxnRequest, kv_client::KvClient, range_request::SortOrder,
+    range_request::SortTarget, request_op,
+};
+use support::RealEtcd;
+use tonic::transport::Channel;
+
+const OURS: &str = env!("CARGO_BIN_EXE_etcd");
+const KEYS: usize = 5000;
+
+/// proto.Merge of `b` into `a`: set scalars overwrite, repeated fields append, messages merge.
+fn merge(a: &mut RangeResponse, b: RangeResponse) {
+    if let Some(hb) = b.header {
+        let ha = a.header.get_or_insert_with(ResponseHeader::default);
+        if hb.cluster_id != 0 {
+            ha.cluster_id = hb.cluster_id;
+        }
+        if hb.member_id != 0 {
+            ha.member_id = hb.member_id;
+        }
+        if hb.revision != 0 {
+            ha.revision = hb.revision;
+        }
+        if hb.raft_term != 0 {
+            ha.raft_term = hb.raft_term;
+        }
+    }
+    a.kvs.extend(b.kvs);
+    if b.more {
+        a.more = true;
+    }
+    if b.count != 0 {
+        a.count = b.count;
+    }
+}
+
+/// Asserts `a` == `b`, naming the first difference rather than printing megabytes of values.
+fn same(a: &RangeResponse, b: &RangeResponse, name: &str) {
+    assert_eq!(a.header, b.header, "{name}: header");
+    assert_eq!(
+        (a.count, a.more),
+        (b.count, b.more),
+        "{name}: (count, more)"
+    );
+    assert_eq!(a.kvs.len(), b.kvs.len(), "{name}: number of key-values");
+    if let Some(i) = (0..a.kvs.len()).find(|&i| a.kvs[i] != b.kvs[i]) {
+        panic!(
+            "{name}: key-value {i} differs: key {:?} vs {:?}",
+            String::from_utf8_lossy(&a.kvs[i].key),
+            String::from_utf8_lossy(&b.kvs[i].key)
+        );
+    }
+}
+
+/// The stream's chunks: (merged answer, how many chunks carried key-values).
+async fn streamed(
+    c: &mut KvClient<Channel>,
+    r: &RangeRequest,
+) -> Result<(RangeResponse, usize), tonic::Status> {
+    let mut s = c.range_stream(r.clone()).await?.into_inner();
+    let mut merged = RangeResponse::default();
+    let mut data_chunks = 0;
+    let mut first = true;
+    while let Some(m) = s.message().await? {
+        let resp = m.range_response.unwrap_or_default();
+        if first {
+            // etcd sends the header alone first: cluster, member and term.
+            let h = resp.header.unwrap_or_default();
+            assert!(
+                h.cluster_id != 0 && h.member_id != 0 && h.raft_term != 0,
+                "{h:?}"
+            );
+            assert!(resp.kvs.is_empty() && h.revision == 0, "{resp:?}");
+            first = false;
+        }
+        if !resp.kvs.is_empty() {
+            data_chunks += 1;
+        }
+        merge(&mut merged, resp);
+    }
+    Ok((merged, data_chunks))
+}
+
+fn put_op(key: String, value: Vec<u8>) -> RequestOp {
+    RequestOp {
+        request: Some(request_op::Request::RequestPut(PutRequest {
+            key: key.into_bytes(),
+            value,
+            ..Default::default()
+        })),
+    }
+}
+
+fn req(key: &str, end: &str) -> RangeRequest {
+    RangeRequest {
+        key: key.as_bytes().to_vec(),
+        range_end: end.as_bytes().to_vec(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn merged_chunks_equal_the_unary_range() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let ours = RealEtcd::start_bin(OURS, &tmp.path().join("m"), "m", &[]);
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        let mut c = KvClient::connect(ours.client_url.clone())
+            .await
+            .expect("connect")
+            .max_decoding_message_size(64 << 20);
+        // 5000 keys of 1000 bytes (about 5 MB: several chunks of --max-request-bytes), keys
+        // around the prefix, then overwrites and deletes so revisions and versions differ.
+        for batch in 0..KEYS / 100 {
+            let ops = (batch * 100..(batch + 1) * 100)
+                .map(|i| put_op(format!("r/{i:04}"), vec![b'a' + (i % 26) as u8; 1000]))
+                .collect();
+            c.txn(TxnRequest {
+                success: ops,
+                ..Default::default()
+            })
+            .await
+            .expect("fill");
+        }
+        for k in ["q", "r", "r0", "s/1"] {
+            c.put(PutRequest {
+                key: k.into(),
+                value: b"x".to_vec(),
+                ..Default::default()
+            })
+            .await
+            .expect("put");
+        }
+        let before_overwrites = c
+            .range(req("r/0000", ""))
+            .await
+            .expect("range")
+            .into_inner();
+        let mid = before_overwrites.header.expect("header").revision;
+        for i in (0..KEYS).step_by(7) {
+            c.put(PutRequest {
+                key: format!("r/{i:04}").into_bytes(),
+                value: b"new".to_vec(),
+                ..Default::default()
+            })
+            .await
+            .expect("overwrite");
+        }
+        for i in (3..KEYS).step_by(11) {
+            c.delete_range(DeleteRangeRequest {
+                key: format!("r/{i:04}").into_bytes(),
+                ..Default::default()
+            })
+            .await
+            .expect("delete");
+        }
+
+        let mut cases: Vec<(&str, RangeRequest)> = vec![
+            ("prefix", req("r/", "r0")),
+            ("everything", req("\0", "\0")),
+            ("from key", req("r/2500", "\0")),
+            ("single key", req("r/0007", "")),
+            ("missing key", req("r/0003", "")),
+            ("empty range", req("r/9", "r/1")),
+            ("nothing matches", req("t", "u")),
+        ];
+        for (name, limit) in [
+            ("limit 10", 10),
+            ("limit 1000", 1000),
+            ("limit 2000", 2000),
+            ("limit 4999", 4999),
+        ] {
+            cases.push((
+                name,
+                RangeRequest {
+                    limit,
+                    ..req("r/", "r0")
+                },
+            ));
+        }
+        cases.push((
+            "keys only",
+            RangeRequest {
+                keys_only: true,
+                ..req("r/", "r0")
+            },
+        ));
+        cases.push((
+            "count only, limit 5",
+            RangeRequest {
+                count_only: true,
+                limit: 5,
+                ..req("r/", "r0")
+            },
+        ));
+        cases.push((
+            "min mod revision",
+            RangeRequest {
+                min_mod_revision: mid + 1,
+                ..req("r/", "r0")
+            },
+        ));
+        cases.push((
+            "filters and a limit",
+            RangeRequest {
+                min_mod_revision: mid + 1,
+                max_create_revision: mid,
+                limit: 300,
+                ..req("r/", "r0")
+            },
+        ));
+        cases.push((
+            "an older revision",
+            RangeRequest {
+                revision: mid,
+                ..req("r/", "r0")
+            },
+        ));
+        cases.push((
+            "ascending by key",
+            RangeRequest {
+                sort_order: SortOrder::Ascend as i32,
+                sort_target: SortTarget::Key as i32,
+                limit: 50,
+                ..req("r/", "r0")
+            },
+        ));
+        cases.push((
+            "serializable",
+            RangeRequest {
+                serializable: true,
+                ..req("r/1", "r/2")
+            },
+        ));
+        for (name, r) in &cases {
+            let unary = c.range(r.clone()).await.expect("range").into_inner();
+            let (merged, data_chunks) = streamed(&mut c, r).await.expect("range stream");
+            same(&merged, &unary, name);
+            if *name == "prefix" {
+                assert!(
+                    data_chunks > 2,
+                    "{name}: {data_chunks} chunks of about 1.5 MiB for 5 MB"
+                );
+            }
+        }
+
+        // Sorting needs the whole result: refused.
+        for (order, target) in [
+            (SortOrder::Descend, SortTarget::Key),
+            (SortOrder::Ascend, SortTarget::Mod),
+            (SortOrder::None, SortTarget::Create),
+        ] {
+            let r = RangeRequest {
+                sort_order: order as i32,
+                sort_target: target as i32,
+                ..req("r/", "r0")
+            };
+            let e = streamed(&mut c, &r).await.expect_err("a sorted stream");
+            assert_eq!(
+                e.code(),
+                tonic::Code::InvalidArgument,
+                "{order:?} {target:?}"
+            );
+        }
+
+        // A revision compacted away: etcd's error.
+        c.compact(CompactionRequest {
+            revision: mid + 10,
+            physical: true,
+        })
+        .await
+        .expect("compact");
+        let e = streamed(
+            &mut c,
+            &RangeRequest {
+                revision: mid,
+                ..req("r/", "r0")
+            },
+        )
+        .await
+        .expect_err("a compacted revision");
+        assert_eq!(e.code(), tonic::Code::OutOfRange);
+        assert_eq!(
+            e.message(),
+            "etcdserver: mvcc: required revision has been compacted"
+        );
+    });
+}

@@ -93,6 +93,8 @@ fn run(cfg: Config) -> Result<(), String> {
             r = server.wait_ready() => r.map_err(|e| format!("the member did not become ready: {e}"))?,
             f = server.wait_failed() => return Err(f),
         }
+        // The index rebuild and the WAL replay freed what they decoded: give it back now.
+        etcd::server::heap::trim();
         // --feature-gates=InitialCorruptCheck=true or 3.5's --experimental-initial-corrupt-check.
         if server
             .cfg()

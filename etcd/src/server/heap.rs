@@ -37,8 +37,9 @@ pub fn start() {
 }
 
 /// glibc keeps freed memory in its arenas (one per thread that allocated); malloc_trim
-/// returns the free pages of every arena to the OS.
-fn trim() {
+/// returns the free pages of every arena to the OS. Called directly once the member is
+/// ready: opening the store decodes every stored key-value and frees them again.
+pub fn trim() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // Safety: malloc_trim only walks the allocator's own free lists.
     unsafe {

@@ -12,6 +12,47 @@ use support::RealEtcd;
 
 const OURS: &str = env!("CARGO_BIN_EXE_etcd");
 
+/// Opens a watch stream on `url` sending `creates` in order; the sender keeps it open.
+async fn open_watch(
+    url: &str,
+    creates: Vec<WatchCreateRequest>,
+) -> (
+    tonic::Streaming<proto::etcdserverpb::WatchResponse>,
+    tokio::sync::mpsc::Sender<WatchRequest>,
+) {
+    let ch = tonic::transport::Endpoint::from_shared(url.to_string())
+        .expect("url")
+        .connect()
+        .await
+        .expect("connect");
+    open_watch_on(ch, creates).await
+}
+
+/// `open_watch` on an open connection (several streams share one).
+async fn open_watch_on(
+    ch: tonic::transport::Channel,
+    creates: Vec<WatchCreateRequest>,
+) -> (
+    tonic::Streaming<proto::etcdserverpb::WatchResponse>,
+    tokio::sync::mpsc::Sender<WatchRequest>,
+) {
+    let mut wc = WatchClient::new(ch).max_decoding_message_size(64 << 20);
+    let (tx, rx) = tokio::sync::mpsc::channel(creates.len().max(4));
+    for c in creates {
+        tx.send(WatchRequest {
+            request_union: Some(watch_request::RequestUnion::CreateRequest(c)),
+        })
+        .await
+        .expect("send");
+    }
+    let stream = wc
+        .watch(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .expect("watch")
+        .into_inner();
+    (stream, tx)
+}
+
 /// Puts `n` keys `<prefix><i>` with `value_len`-byte values, 100 per txn.
 async fn fill(url: &str, prefix: &str, n: usize, value_len: usize) {
     let mut kv = KvClient::connect(url.to_string()).await.expect("connect");
@@ -63,33 +104,21 @@ async fn watch_from(
     fragment: bool,
     want: usize,
 ) -> (Vec<usize>, Vec<bool>, Vec<i64>) {
-    let mut wc = WatchClient::connect(url.to_string())
-        .await
-        .expect("connect")
-        .max_decoding_message_size(64 << 20);
     let mut end = prefix.as_bytes().to_vec();
     if let Some(last) = end.last_mut() {
         *last += 1;
     }
-    let (tx, rx) = tokio::sync::mpsc::channel(4);
-    tx.send(WatchRequest {
-        request_union: Some(watch_request::RequestUnion::CreateRequest(
-            WatchCreateRequest {
-                key: prefix.as_bytes().to_vec(),
-                range_end: end,
-                start_revision: rev,
-                fragment,
-                ..Default::default()
-            },
-        )),
-    })
-    .await
-    .expect("send");
-    let mut stream = wc
-        .watch(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await
-        .expect("watch")
-        .into_inner();
+    let (mut stream, tx) = open_watch(
+        url,
+        vec![WatchCreateRequest {
+            key: prefix.as_bytes().to_vec(),
+            range_end: end,
+            start_revision: rev,
+            fragment,
+            ..Default::default()
+        }],
+    )
+    .await;
     let (mut sizes, mut flags, mut revs) = (Vec::new(), Vec::new(), Vec::new());
     let mut got = 0;
     while got < want {
@@ -137,27 +166,16 @@ async fn prev_kv_events(
     live_puts: &[&[u8]],
 ) -> Vec<(i32, Vec<u8>, Option<Vec<u8>>)> {
     let mut kv = KvClient::connect(url.to_string()).await.expect("connect");
-    let mut wc = WatchClient::connect(url.to_string())
-        .await
-        .expect("connect");
-    let (tx, rx) = tokio::sync::mpsc::channel(4);
-    tx.send(WatchRequest {
-        request_union: Some(watch_request::RequestUnion::CreateRequest(
-            WatchCreateRequest {
-                key: key.to_vec(),
-                start_revision: start,
-                prev_kv: true,
-                ..Default::default()
-            },
-        )),
-    })
-    .await
-    .expect("send");
-    let mut stream = wc
-        .watch(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await
-        .expect("watch")
-        .into_inner();
+    let (mut stream, tx) = open_watch(
+        url,
+        vec![WatchCreateRequest {
+            key: key.to_vec(),
+            start_revision: start,
+            prev_kv: true,
+            ..Default::default()
+        }],
+    )
+    .await;
     let mut out = Vec::new();
     let mut live_sent = false;
     while out.len() < want + live_puts.len() {
@@ -300,26 +318,15 @@ async fn idle_watch(
     tokio::sync::mpsc::Sender<WatchRequest>,
     i64,
 ) {
-    let mut wc = WatchClient::connect(url.to_string())
-        .await
-        .expect("connect");
-    let (tx, rx) = tokio::sync::mpsc::channel(4);
-    tx.send(WatchRequest {
-        request_union: Some(watch_request::RequestUnion::CreateRequest(
-            WatchCreateRequest {
-                key: b"s/".to_vec(),
-                range_end: b"s0".to_vec(),
-                ..Default::default()
-            },
-        )),
-    })
-    .await
-    .expect("send");
-    let mut stream = wc
-        .watch(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await
-        .expect("watch")
-        .into_inner();
+    let (mut stream, tx) = open_watch(
+        url,
+        vec![WatchCreateRequest {
+            key: b"s/".to_vec(),
+            range_end: b"s0".to_vec(),
+            ..Default::default()
+        }],
+    )
+    .await;
     let created = stream.message().await.expect("stream").expect("created");
     assert!(created.created);
     let start = created.header.expect("header").revision + 1;
@@ -466,26 +473,14 @@ async fn fan_out_run(url: &str, streams: usize, stalled: bool) -> f64 {
     }
     let mut _stalled_stream = None;
     if stalled {
-        let mut wc = WatchClient::new(chans[0].clone());
-        let (tx, rx) = tokio::sync::mpsc::channel(KEYS);
-        for k in 0..KEYS {
-            tx.send(WatchRequest {
-                request_union: Some(watch_request::RequestUnion::CreateRequest(
-                    WatchCreateRequest {
-                        key: key(k),
-                        prev_kv: true,
-                        ..Default::default()
-                    },
-                )),
+        let creates = (0..KEYS)
+            .map(|k| WatchCreateRequest {
+                key: key(k),
+                prev_kv: true,
+                ..Default::default()
             })
-            .await
-            .expect("send");
-        }
-        let mut stream = wc
-            .watch(tokio_stream::wrappers::ReceiverStream::new(rx))
-            .await
-            .expect("watch")
-            .into_inner();
+            .collect();
+        let (mut stream, tx) = open_watch_on(chans[0].clone(), creates).await;
         for _ in 0..KEYS {
             assert!(
                 stream
@@ -501,28 +496,15 @@ async fn fan_out_run(url: &str, streams: usize, stalled: bool) -> f64 {
     }
     let mut readers = Vec::new();
     for s in 0..streams {
-        let mut wc = WatchClient::new(chans[s % 4].clone());
-        let (tx, rx) = tokio::sync::mpsc::channel(10);
-        let mut my_keys = Vec::new();
-        for j in 0..10 {
-            let k = (s * 10 + j) % KEYS;
-            my_keys.push(key(k));
-            tx.send(WatchRequest {
-                request_union: Some(watch_request::RequestUnion::CreateRequest(
-                    WatchCreateRequest {
-                        key: key(k),
-                        ..Default::default()
-                    },
-                )),
+        let my_keys: Vec<Vec<u8>> = (0..10).map(|j| key((s * 10 + j) % KEYS)).collect();
+        let creates = my_keys
+            .iter()
+            .map(|k| WatchCreateRequest {
+                key: k.clone(),
+                ..Default::default()
             })
-            .await
-            .expect("send");
-        }
-        let mut stream = wc
-            .watch(tokio_stream::wrappers::ReceiverStream::new(rx))
-            .await
-            .expect("watch")
-            .into_inner();
+            .collect();
+        let (mut stream, tx) = open_watch_on(chans[s % 4].clone(), creates).await;
         let mut ids = HashMap::new();
         for k in &my_keys {
             let r = stream.message().await.expect("stream").expect("created");

@@ -378,6 +378,18 @@ fn inject(c: &mut Cluster, fault: &str, rng: &mut Rng) {
             std::thread::sleep(pause + Duration::from_secs(1));
             proxy.set_delay(0);
         }
+        "lossy links" => {
+            // Every member's peer traffic loses 5-30% of its chunks for a while: stalls of
+            // one or more retransmission timeouts, around the election timeout.
+            let loss = 5 + rng.below(26);
+            for node in &c.nodes {
+                node.proxy.as_ref().expect("proxied").set_loss(loss);
+            }
+            std::thread::sleep(pause + Duration::from_secs(1));
+            for node in &c.nodes {
+                node.proxy.as_ref().expect("proxied").set_loss(0);
+            }
+        }
         other => panic!("unknown fault {other}"),
     }
     all_healthy(c);
@@ -414,6 +426,7 @@ fn replace_member(c: &mut Cluster, leader: usize, i: usize) {
 const FAULTS: &[&str] = &[
     "replace follower",
     "slow leader link",
+    "lossy links",
     "kill -9 leader",
     "kill -9 follower",
     "SIGSTOP pause",

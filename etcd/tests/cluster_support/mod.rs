@@ -21,6 +21,8 @@ pub struct Proxy {
     cut: Arc<AtomicBool>,
     /// Milliseconds every chunk waits before it is passed on (a slow link), both ways.
     delay_ms: Arc<std::sync::atomic::AtomicU64>,
+    /// Percent of chunks "lost" (see `set_loss`), both ways.
+    loss_pct: Arc<std::sync::atomic::AtomicU64>,
     conns: Arc<Mutex<Vec<TcpStream>>>,
     stop: Arc<AtomicBool>,
     blocked: Arc<Mutex<Vec<String>>>,
@@ -38,13 +40,32 @@ fn names_blocked(data: &[u8], blocked: &Mutex<Vec<String>>) -> bool {
         .any(|id| text.contains(&format!("x-server-from: {id}\r\n")))
 }
 
+/// How a link slows what passes through it: a fixed delay, and a loss rate.
+#[derive(Clone)]
+struct Impair {
+    delay_ms: Arc<std::sync::atomic::AtomicU64>,
+    loss_pct: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// Linux's minimum TCP retransmission timeout: a lost segment reaches the other end this much
+/// later (doubling while retransmissions are lost too).
+const RTO_MS: u64 = 200;
+
 fn pipe(
     mut from: TcpStream,
     mut to: TcpStream,
     blocked: Option<Arc<Mutex<Vec<String>>>>,
-    delay_ms: Arc<std::sync::atomic::AtomicU64>,
+    imp: Impair,
 ) {
     let mut buf = [0u8; 16 * 1024];
+    // Per direction, seeded from the socket's port so two pipes differ.
+    let mut rng = from
+        .peer_addr()
+        .map(|a| a.port() as u64)
+        .unwrap_or(1)
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        | 1;
+    let mut losses_in_a_row = 0u32;
     // The end of the previous read, so a header split between two reads is still seen.
     let mut tail: Vec<u8> = Vec::new();
     loop {
@@ -59,9 +80,23 @@ fn pipe(
                     let keep = tail.len().saturating_sub(64);
                     tail.drain(..keep);
                 }
-                let delay = delay_ms.load(Ordering::SeqCst);
+                let delay = imp.delay_ms.load(Ordering::SeqCst);
                 if delay > 0 {
                     std::thread::sleep(Duration::from_millis(delay));
+                }
+                let loss = imp.loss_pct.load(Ordering::SeqCst);
+                if loss > 0 {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    if rng % 100 < loss {
+                        // Lost: TCP resends it after the RTO, and nothing behind it passes
+                        // meanwhile (in order, so head-of-line blocked).
+                        std::thread::sleep(Duration::from_millis(RTO_MS << losses_in_a_row.min(3)));
+                        losses_in_a_row += 1;
+                    } else {
+                        losses_in_a_row = 0;
+                    }
                 }
                 if to.write_all(&buf[..n]).is_err() {
                     break;
@@ -79,12 +114,15 @@ impl Proxy {
         let l = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
         let port = l.local_addr().expect("proxy addr").port();
         let cut = Arc::new(AtomicBool::new(false));
-        let delay_ms = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let imp = Impair {
+            delay_ms: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            loss_pct: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+        };
         let stop = Arc::new(AtomicBool::new(false));
         let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
         let blocked: Arc<Mutex<Vec<String>>> = Arc::default();
         let (c, s, cs, bl) = (cut.clone(), stop.clone(), conns.clone(), blocked.clone());
-        let dl = delay_ms.clone();
+        let im = imp.clone();
         std::thread::spawn(move || {
             for inbound in l.incoming() {
                 if s.load(Ordering::SeqCst) {
@@ -109,7 +147,7 @@ impl Proxy {
                     (Ok(i), Ok(o)) => (i, o),
                     _ => continue,
                 };
-                let (bl, d1, d2) = (bl.clone(), dl.clone(), dl.clone());
+                let (bl, d1, d2) = (bl.clone(), im.clone(), im.clone());
                 std::thread::spawn(move || pipe(inbound, outbound, Some(bl), d1));
                 std::thread::spawn(move || pipe(o2, i2, None, d2));
             }
@@ -117,7 +155,8 @@ impl Proxy {
         Proxy {
             port,
             cut,
-            delay_ms,
+            delay_ms: imp.delay_ms,
+            loss_pct: imp.loss_pct,
             conns,
             stop,
             blocked,
@@ -148,6 +187,15 @@ impl Proxy {
     /// Delays everything through the proxy by `ms` (0: none), as a slow or congested link.
     pub fn set_delay(&self, ms: u64) {
         self.delay_ms.store(ms, Ordering::SeqCst);
+    }
+
+    /// Loses `percent` of what passes through (0: none), as TCP shows packet loss to the
+    /// programs above it: a lost chunk arrives one retransmission timeout later (200 ms,
+    /// doubling while losses follow each other), and nothing behind it passes meanwhile.
+    /// This VM's kernel has no netem qdisc (`tc qdisc add ... netem` answers "Specified qdisc
+    /// kind is unknown"), so loss is made here, above TCP, rather than below it.
+    pub fn set_loss(&self, percent: u64) {
+        self.loss_pct.store(percent.min(100), Ordering::SeqCst);
     }
 
     pub fn set_cut(&self, cut: bool) {

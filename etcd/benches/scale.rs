@@ -7,7 +7,10 @@
 // live at the end). Both servers run with --quota-backend-bytes 8589934592. Then, per server:
 // RSS total/anon/file (/proc/<pid>/status), what of the db file is resident in the server's
 // mapping (/proc/<pid>/smaps), the db file size; kill -9, restart (until `endpoint health`
-// answers) and the same memory figures after the restart.
+// answers) and the same memory figures after the restart. Then a compaction to the latest
+// revision (physical: the answer waits for the deletes) and a defrag, each timed with the peak
+// RSS while it ran (VmHWM after resetting it through /proc/<pid>/clear_refs) and the db file
+// after the defrag.
 //
 // Run: scripts/bench.sh scale   (BENCH_ONLY=etcd|ours runs one server; BENCH_OURS_BIN=<path>
 // measures another build of ours, e.g. an older one; quick: BENCH_SCALE_PUTS=200000
@@ -16,12 +19,17 @@
 #[path = "../../common/tests/support/mod.rs"]
 mod support;
 
+#[path = "load/mod.rs"]
+mod load;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use proto::etcdserverpb::{PutRequest, RangeRequest, kv_client::KvClient};
-use tonic::transport::{Channel, Endpoint};
+use proto::etcdserverpb::{
+    CompactionRequest, DefragmentRequest, PutRequest, RangeRequest, kv_client::KvClient,
+    maintenance_client::MaintenanceClient,
+};
 
 const OURS: &str = env!("CARGO_BIN_EXE_etcd");
 const CLIENTS: usize = 64;
@@ -85,28 +93,56 @@ fn mem(pid: u32) -> Mem {
     }
 }
 
-async fn connect(url: &str) -> Channel {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let ep = Endpoint::from_shared(url.to_string())
-            .expect("client URL")
-            .connect_timeout(Duration::from_secs(2))
-            .timeout(Duration::from_secs(60));
-        if let Ok(ch) = ep.connect().await
-            && KvClient::new(ch.clone())
-                .range(RangeRequest {
-                    key: b"x".to_vec(),
-                    serializable: true,
-                    ..Default::default()
-                })
-                .await
-                .is_ok()
-        {
-            return ch;
-        }
-        assert!(Instant::now() < deadline, "server at {url} did not answer");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+/// Resets the process's peak RSS (VmHWM) so the next reading covers what follows.
+fn reset_peak(pid: u32) {
+    // "5" resets the peak resident set size (Linux ≥ 4.0); a failure leaves the peak since start.
+    let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "5");
+}
+
+/// A client for one long call (a compaction or defrag of millions of revisions).
+async fn long_channel(url: &str) -> tonic::transport::Channel {
+    let _ = load::connect(url).await;
+    tonic::transport::Endpoint::from_shared(url.to_string())
+        .expect("client URL")
+        .timeout(Duration::from_secs(3600))
+        .connect()
+        .await
+        .expect("connect")
+}
+
+/// Compacts to the latest revision and waits for the deletes; seconds.
+async fn compact_all(url: &str) -> f64 {
+    let mut kv = KvClient::new(long_channel(url).await);
+    let rev = kv
+        .range(RangeRequest {
+            key: b"x".to_vec(),
+            serializable: true,
+            ..Default::default()
+        })
+        .await
+        .expect("range")
+        .into_inner()
+        .header
+        .map(|h| h.revision)
+        .unwrap_or(0);
+    let t = Instant::now();
+    kv.compact(CompactionRequest {
+        revision: rev,
+        physical: true,
+    })
+    .await
+    .expect("compact");
+    t.elapsed().as_secs_f64()
+}
+
+/// Defragments the member's db; seconds.
+async fn defrag(url: &str) -> f64 {
+    let mut m = MaintenanceClient::new(long_channel(url).await);
+    let t = Instant::now();
+    m.defragment(DefragmentRequest {})
+        .await
+        .expect("defragment");
+    t.elapsed().as_secs_f64()
 }
 
 /// splitmix64: a fixed, dependency-free key sequence per client.
@@ -122,7 +158,7 @@ fn next(state: &mut u64) -> u64 {
 async fn load(url: &str, puts: u64, keys: u64) -> (f64, u64) {
     let mut conns = Vec::new();
     for _ in 0..CONNS {
-        conns.push(connect(url).await);
+        conns.push(load::connect(url).await);
     }
     let left = Arc::new(AtomicU64::new(puts));
     let failed = Arc::new(AtomicU64::new(0));
@@ -167,6 +203,17 @@ struct Measured {
     db_mib: f64,
     restart_secs: f64,
     after_restart: Mem,
+    compact_secs: f64,
+    compact_peak_mib: f64,
+    defrag_secs: f64,
+    defrag_peak_mib: f64,
+    db_after_defrag_mib: f64,
+}
+
+fn db_mib_of(s: &support::RealEtcd) -> f64 {
+    std::fs::metadata(s.data_dir.join("member/snap/db"))
+        .map(|m| m.len() as f64 / (1 << 20) as f64)
+        .unwrap_or(0.0)
 }
 
 fn run(name: &str, bin: &str, dir: &std::path::Path, puts: u64, keys: u64) -> Measured {
@@ -179,15 +226,20 @@ fn run(name: &str, bin: &str, dir: &std::path::Path, puts: u64, keys: u64) -> Me
     std::thread::sleep(Duration::from_secs(2));
     let pid = s.child.as_ref().map(|c| c.id()).unwrap_or(0);
     let after_load = mem(pid);
-    let db_mib = std::fs::metadata(s.data_dir.join("member/snap/db"))
-        .map(|m| m.len() as f64 / (1 << 20) as f64)
-        .unwrap_or(0.0);
+    let db_mib = db_mib_of(&s);
     let t = Instant::now();
     s.restart_within(bin, &flags, Duration::from_secs(300));
     let restart_secs = t.elapsed().as_secs_f64();
     std::thread::sleep(Duration::from_secs(2));
     let pid = s.child.as_ref().map(|c| c.id()).unwrap_or(0);
     let after_restart = mem(pid);
+    reset_peak(pid);
+    let compact_secs = rt.block_on(compact_all(&s.client_url));
+    let compact_peak_mib = status_kib(pid, "VmHWM:") / 1024.0;
+    reset_peak(pid);
+    let defrag_secs = rt.block_on(defrag(&s.client_url));
+    let defrag_peak_mib = status_kib(pid, "VmHWM:") / 1024.0;
+    let db_after_defrag_mib = db_mib_of(&s);
     Measured {
         load_secs,
         failed,
@@ -195,6 +247,11 @@ fn run(name: &str, bin: &str, dir: &std::path::Path, puts: u64, keys: u64) -> Me
         db_mib,
         restart_secs,
         after_restart,
+        compact_secs,
+        compact_peak_mib,
+        defrag_secs,
+        defrag_peak_mib,
+        db_after_defrag_mib,
     }
 }
 
@@ -240,4 +297,9 @@ fn main() {
     row("  anon (heap), MiB", &|m| m.after_restart.anon);
     row("  file-backed, MiB", &|m| m.after_restart.file);
     row("  db mapping resident, MiB", &|m| m.after_restart.db_mapped);
+    row("compact to latest (physical), s", &|m| m.compact_secs);
+    row("  peak RSS meanwhile, MiB", &|m| m.compact_peak_mib);
+    row("defrag, s", &|m| m.defrag_secs);
+    row("  peak RSS meanwhile, MiB", &|m| m.defrag_peak_mib);
+    row("db file after defrag, MiB", &|m| m.db_after_defrag_mib);
 }

@@ -216,7 +216,7 @@ fn metric(url: &str, name: &str) -> f64 {
 }
 
 /// A connection to `url`, retried until the server answers a Range (up to 20 s).
-async fn connect(url: &str) -> Channel {
+pub async fn connect(url: &str) -> Channel {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let ep = Endpoint::from_shared(url.to_string())

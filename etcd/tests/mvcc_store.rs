@@ -480,3 +480,55 @@ fn compaction_runs_in_the_background_while_writes_go_on() {
         .len();
     assert_eq!(left, 500 + 500);
 }
+
+/// A compaction batch deletes up to the batch limit and reads past the revisions it keeps:
+/// with kept and deleted revisions interleaved across many scan chunks, exactly the kept
+/// ones are left.
+#[test]
+fn compaction_batches_count_deletions_and_keep_every_live_revision() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path().join("db")).unwrap();
+    let s = KvStore::open_with(
+        Arc::new(Batch::new(db, BatchConfig::default())),
+        etcd::mvcc::CompactionConfig {
+            batch_limit: 7,
+            sleep_interval: std::time::Duration::ZERO,
+        },
+    )
+    .unwrap();
+    // 3000 keys put once (kept), each followed by two puts of one hot key (all but its last
+    // deleted), then a stretch of 500 hot puts with nothing kept.
+    let mut index = 1;
+    let mut put = |k: &[u8], v: &[u8]| {
+        let mut w = s.write();
+        w.put(k, v, 0).unwrap();
+        w.end(index, 1).unwrap();
+        index += 1;
+    };
+    for i in 0..3000 {
+        put(format!("k{i:04}").as_bytes(), b"v");
+        put(b"hot", b"a");
+        put(b"hot", b"b");
+    }
+    for _ in 0..500 {
+        put(b"hot", b"c");
+    }
+    let at = s.current_rev();
+    let mut w = s.write();
+    w.compact(at).unwrap();
+    w.end(index, 1).unwrap();
+    s.wait_compactions();
+    s.backend().force_commit().unwrap();
+    let left = s
+        .backend()
+        .range(common::backend::buckets::KEY, &[0], Some(&[0xff]), 0)
+        .unwrap()
+        .len();
+    assert_eq!(
+        left,
+        3000 + 1,
+        "the 3000 keys and the hot key's last revision"
+    );
+    let now = s.range(KeyRange::new(b"\0", b"\0"), 0, 0).unwrap();
+    assert_eq!(now.count, 3001);
+}

@@ -97,6 +97,16 @@ impl Shared {
     }
 }
 
+/// Drops this process's resident pages of `map` (see `Db::release_resident`).
+pub(crate) fn release_map(map: &Mmap, path: &Path) {
+    // Safety: the map is a shared, read-only file mapping, so dropping its pages loses
+    // nothing: a later read faults the same bytes back in from the page cache or the file,
+    // and readers holding slices of it see the same contents.
+    if let Err(e) = unsafe { map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) } {
+        tracing::debug!(path = %path.display(), error = %e, "madvise(DONTNEED) on the db map");
+    }
+}
+
 /// Maps the file read-only: exactly its length when `reserve` is 0, else `reserve` bytes of
 /// address space, reaching past the end of the file (see `map_reserve`).
 pub(crate) fn map_file(file: &File, path: &Path, reserve: u64) -> Result<Mmap> {
@@ -498,12 +508,7 @@ impl Db {
     /// what requests touch (issue 19). Best effort: a failure only leaves pages resident.
     pub fn release_resident(&self) {
         let map = lock(&self.shared.view).map.clone();
-        // Safety: the map is a shared, read-only file mapping, so dropping its pages loses
-        // nothing: a later read faults the same bytes back in from the page cache or the
-        // file, and readers holding slices of it see the same contents.
-        if let Err(e) = unsafe { map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) } {
-            tracing::debug!(path = %self.shared.path.display(), error = %e, "madvise(DONTNEED) on the db map");
-        }
+        release_map(&map, &self.shared.path);
     }
 }
 

@@ -173,6 +173,9 @@ fn copy_all(src: &ReadTx, dst: &Db) -> Result<()> {
             n += 1;
             if n % DEFRAG_BATCH == 0 {
                 wtx.commit()?;
+                // What was copied is not read again: the old file's pages leave the resident
+                // set as the copy goes (issue 19: a defrag no longer maps the whole file).
+                src.release_resident();
                 wtx = dst.begin_write()?;
                 wtx.set_fill_percent(fill);
             }

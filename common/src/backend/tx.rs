@@ -173,6 +173,12 @@ pub struct ReadTx {
 }
 
 impl ReadTx {
+    /// Unmaps the pages this process has read of the file this transaction reads (see
+    /// `Db::release_resident`): a whole scan (defrag, snapshot) keeps only what it reads next.
+    pub fn release_resident(&self) {
+        super::db::release_map(&self.map, &self.shared.path);
+    }
+
     /// The txid of the version this transaction reads.
     pub fn txid(&self) -> u64 {
         self.meta.txid

@@ -148,6 +148,9 @@ impl OpCounts {
     }
 }
 
+/// Revisions a compaction scans between releases of the db pages the scan mapped.
+const RELEASE_EVERY_SCANNED: usize = 16_384;
+
 /// Revisions kept in `Recent` at most, and their approximate bytes.
 const RECENT_REVS: usize = 4096;
 const RECENT_BYTES: usize = 16 << 20;
@@ -708,29 +711,53 @@ impl KvStore {
         let end = Revision::new(rev + 1, 0).to_bytes();
         let mut start = Revision::new(0, 0).to_bytes().to_vec();
         let limit = self.compaction.batch_limit;
+        let mut scanned = 0usize;
         loop {
             let more = {
                 let _batch = lock(&self.compaction_batch);
                 if !current() {
                     return Ok(false);
                 }
-                let chunk = self
-                    .backend
-                    .range(buckets::KEY, &start, Some(&end), limit)?;
-                if let Some((last, _)) = chunk.last() {
-                    start = last.clone();
-                    start.push(0);
-                }
+                // A batch deletes up to `limit` revisions (etcd's flag: "maximum revisions
+                // deleted in each compaction batch"); the revisions kept are read past
+                // without counting, so a history of mostly live keys is not paced per key.
                 let mut g = self.backend.begin();
-                for (k, _) in &chunk {
-                    if let Some(r) = Revision::from_bytes(k)
-                        && (!keep.contains(&r) || is_tombstone(k))
-                    {
-                        g.delete(buckets::KEY, k);
+                let mut deleted = 0;
+                let mut more = true;
+                'scan: while more {
+                    let chunk = self
+                        .backend
+                        .range(buckets::KEY, &start, Some(&end), limit)?;
+                    more = chunk.len() == limit;
+                    scanned += chunk.len();
+                    for (k, _) in &chunk {
+                        if deleted == limit {
+                            // This one starts the next batch.
+                            start = k.clone();
+                            more = true;
+                            break 'scan;
+                        }
+                        if let Some(r) = Revision::from_bytes(k)
+                            && (!keep.contains(&r) || is_tombstone(k))
+                        {
+                            g.delete(buckets::KEY, k);
+                            deleted += 1;
+                        }
+                    }
+                    if let Some((last, _)) = chunk.last() {
+                        start = last.clone();
+                        start.push(0);
                     }
                 }
                 g.finish()?;
-                chunk.len() == limit
+                if scanned >= RELEASE_EVERY_SCANNED {
+                    scanned = 0;
+                    // The revisions scanned are not read again: their pages leave the resident
+                    // set as the scan goes, so a compaction of millions of revisions does not
+                    // map the whole key bucket (issue 19).
+                    self.backend.db().release_resident();
+                }
+                more
             };
             if !more {
                 break;
@@ -750,6 +777,7 @@ impl KvStore {
             );
             g.finish()?;
         }
+        self.backend.db().release_resident();
         if let Some(f) = lock(&self.on_compacted).as_ref() {
             f(rev);
         }

@@ -53,6 +53,23 @@ async fn open_watch_on(
     (stream, tx)
 }
 
+/// The next response on `stream` that carries events (skipping creations and progress),
+/// within 10 s.
+async fn next_with_events(
+    stream: &mut tonic::Streaming<proto::etcdserverpb::WatchResponse>,
+) -> proto::etcdserverpb::WatchResponse {
+    loop {
+        let r = tokio::time::timeout(std::time::Duration::from_secs(10), stream.message())
+            .await
+            .expect("watch response in time")
+            .expect("watch stream")
+            .expect("a response");
+        if !r.events.is_empty() {
+            return r;
+        }
+    }
+}
+
 /// Puts `n` keys `<prefix><i>` with `value_len`-byte values, 100 per txn.
 async fn fill(url: &str, prefix: &str, n: usize, value_len: usize) {
     let mut kv = KvClient::connect(url.to_string()).await.expect("connect");
@@ -122,14 +139,7 @@ async fn watch_from(
     let (mut sizes, mut flags, mut revs) = (Vec::new(), Vec::new(), Vec::new());
     let mut got = 0;
     while got < want {
-        let r = tokio::time::timeout(std::time::Duration::from_secs(10), stream.message())
-            .await
-            .expect("watch response in time")
-            .expect("watch stream")
-            .expect("a response");
-        if r.events.is_empty() {
-            continue;
-        }
+        let r = next_with_events(&mut stream).await;
         got += r.events.len();
         sizes.push(r.events.len());
         flags.push(r.fragment);
@@ -356,14 +366,7 @@ fn a_synced_watcher_gets_one_response_per_revision() {
             }
             let (mut sizes, mut revs) = (Vec::new(), Vec::new());
             while revs.len() < 12 {
-                let r = tokio::time::timeout(std::time::Duration::from_secs(10), stream.message())
-                    .await
-                    .expect("watch response in time")
-                    .expect("watch stream")
-                    .expect("a response");
-                if r.events.is_empty() {
-                    continue;
-                }
+                let r = next_with_events(&mut stream).await;
                 let header_rev = r.header.expect("header").revision;
                 for e in &r.events {
                     let rev = e.kv.as_ref().expect("kv").mod_revision;

@@ -42,6 +42,29 @@ impl KvService {
         Ok((out.result?, out.revision))
     }
 
+    /// What Range and RangeStream check before reading: the request (and for a stream, its
+    /// order), a linearizable read's ReadIndex round, and the caller's read permission.
+    async fn admit_range(
+        &self,
+        request: Request<RangeRequest>,
+        stream: bool,
+    ) -> Result<(AuthInfo, RangeRequest), Status> {
+        let ai = identity(&self.server, &request)?;
+        let r = request.into_inner();
+        self.server.guard(r.serializable)?;
+        validate::check_range(&r)?;
+        if stream {
+            range_stream::check_order(&r)?;
+        }
+        if !r.serializable {
+            self.server.linearizable_read().await?;
+        }
+        self.server
+            .auth()
+            .check(&ai, &r.key, &r.range_end, Access::Read)?;
+        Ok((ai, r))
+    }
+
     /// etcd's doSerialize: a read served locally is refused when the auth store moved on
     /// while it ran (the identity was checked at an older revision).
     fn check_fresh(&self, ai: &AuthInfo) -> Result<(), ApiError> {
@@ -58,16 +81,7 @@ impl Kv for KvService {
         &self,
         request: Request<RangeRequest>,
     ) -> Result<Response<RangeResponse>, Status> {
-        let ai = identity(&self.server, &request)?;
-        let r = request.into_inner();
-        self.server.guard(r.serializable)?;
-        validate::check_range(&r)?;
-        if !r.serializable {
-            self.server.linearizable_read().await?;
-        }
-        self.server
-            .auth()
-            .check(&ai, &r.key, &r.range_end, Access::Read)?;
+        let (ai, r) = self.admit_range(request, false).await?;
         let mut resp = kv::range(self.server.kv(), &r)?;
         self.check_fresh(&ai)?;
         let rev = resp.header.as_ref().map(|h| h.revision).unwrap_or(0);
@@ -146,17 +160,7 @@ impl Kv for KvService {
         &self,
         request: Request<RangeRequest>,
     ) -> Result<Response<Self::RangeStreamStream>, Status> {
-        let ai = identity(&self.server, &request)?;
-        let r = request.into_inner();
-        self.server.guard(r.serializable)?;
-        validate::check_range(&r)?;
-        range_stream::check_order(&r)?;
-        if !r.serializable {
-            self.server.linearizable_read().await?;
-        }
-        self.server
-            .auth()
-            .check(&ai, &r.key, &r.range_end, Access::Read)?;
+        let (ai, r) = self.admit_range(request, true).await?;
         self.check_fresh(&ai)?;
         // The first message: cluster, member and term, no revision yet.
         let header = self.server.header(0).unwrap_or_default();

@@ -133,26 +133,10 @@ impl KeyIndex {
         }
     }
 
-    /// Records a put at `rev` (which must be later than anything recorded).
+    /// Records a put at `rev` (which must be later than anything recorded): as a stored
+    /// put read back, of version 1 if it starts a generation.
     pub fn put(&mut self, rev: Revision) {
-        if matches!(&self.repr, Repr::Gens(g) if g.is_empty()) {
-            self.repr = Repr::One {
-                modified: rev,
-                created: rev.main,
-                version: FIRST_VERSION,
-            };
-            return;
-        }
-        let gens = self.gens_mut();
-        match gens.last_mut() {
-            Some(g) if g.tombstone.is_none() => g.revs.push(rev),
-            _ => gens.push(Generation {
-                created: rev,
-                first_version: 1,
-                revs: vec![rev],
-                tombstone: None,
-            }),
-        }
+        self.restore(rev, rev.main, 1);
     }
 
     /// Records a put at `rev` read back from the backend, whose stored key-value says

@@ -366,6 +366,138 @@ fn defrag_shrinks_and_keeps_every_key() {
     db.check().unwrap();
 }
 
+/// Every bucket's keys and sequence, for comparing whole dbs.
+type Image = BTreeMap<Vec<u8>, (u64, BTreeMap<Vec<u8>, Vec<u8>>)>;
+
+fn image_of(db: &Db) -> Image {
+    let tx = db.begin_read();
+    let mut out = Image::new();
+    for name in tx.bucket_names().unwrap() {
+        let mut keys = BTreeMap::new();
+        tx.for_each(&name, &mut |k, v| {
+            keys.insert(k.to_vec(), v.to_vec());
+            Ok(())
+        })
+        .unwrap();
+        let seq = tx.sequence(&name).unwrap().unwrap_or(0);
+        out.insert(name, (seq, keys));
+    }
+    out
+}
+
+/// The writes a test makes while a defrag runs, round `r`: overwrites and deletes on both
+/// sides of the copy's cursor, new keys, a sequence bump, and bucket creation and deletion.
+fn write_during_defrag(db: &Db, r: usize) {
+    let mut tx = db.begin_write().unwrap();
+    for i in [5usize, 7, 19_000, 25_000, 29_999] {
+        let k = format!("k{:08}", i + r);
+        if i % 2 == 1 {
+            tx.delete(b"key", k.as_bytes()).unwrap();
+        } else {
+            tx.put(b"key", k.as_bytes(), format!("round {r}").as_bytes())
+                .unwrap();
+        }
+    }
+    for i in 0..3_000 {
+        tx.put(b"key", format!("z{r}-{i:05}").as_bytes(), &[r as u8; 50])
+            .unwrap();
+    }
+    tx.next_sequence(b"key").unwrap();
+    match r {
+        0 => {
+            tx.create_bucket(b"extra").unwrap();
+            tx.put(b"extra", b"made", b"during the copy").unwrap();
+        }
+        _ => {
+            tx.delete_bucket(b"gone").unwrap();
+            tx.put(b"extra", b"more", b"during a catch-up round")
+                .unwrap();
+        }
+    }
+    tx.commit().unwrap();
+}
+
+#[test]
+fn defrag_lets_writers_commit_and_keeps_what_they_wrote() {
+    use common::backend::DefragStep;
+    use std::sync::mpsc;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let db = Db::open(&path).unwrap();
+    fill(&db, 30_000);
+    let mut tx = db.begin_write().unwrap();
+    tx.create_bucket(b"gone").unwrap();
+    tx.put(b"gone", b"x", b"deleted during the defrag").unwrap();
+    tx.commit().unwrap();
+    // The writes run on another thread, as a server's would: the defrag's progress callback
+    // asks for a round and waits for its commit, which could never happen if the defrag
+    // held the writer.
+    let (ask, asked) = mpsc::channel::<usize>();
+    let (done, committed) = mpsc::channel::<()>();
+    let writer = {
+        let db = db.clone();
+        std::thread::spawn(move || {
+            for r in asked {
+                write_during_defrag(&db, r);
+                done.send(()).unwrap();
+            }
+        })
+    };
+    let mut steps = Vec::new();
+    let txid_before = db.txid();
+    db.defrag_with(&mut |step| {
+        let round = match step {
+            DefragStep::Copying { keys } if keys >= 10_000 && steps.is_empty() => Some(0),
+            DefragStep::CaughtUp { .. } if steps.len() == 1 => Some(1),
+            _ => None,
+        };
+        if let Some(r) = round {
+            ask.send(r).unwrap();
+            committed
+                .recv_timeout(Duration::from_secs(60))
+                .expect("a writer committed while the defrag ran");
+            steps.push(step);
+        }
+    })
+    .unwrap();
+    drop(ask);
+    writer.join().unwrap();
+    assert_eq!(
+        steps.len(),
+        2,
+        "writes during the copy and a catch-up round"
+    );
+    assert!(db.txid() > txid_before);
+
+    // The model: the fill, then both rounds applied to a db that never defragmented.
+    let model_dir = tempfile::tempdir().unwrap();
+    let model = Db::open(model_dir.path().join("db")).unwrap();
+    fill(&model, 30_000);
+    let mut tx = model.begin_write().unwrap();
+    tx.create_bucket(b"gone").unwrap();
+    tx.commit().unwrap();
+    write_during_defrag(&model, 0);
+    write_during_defrag(&model, 1);
+    let want = image_of(&model);
+    assert!(!want.contains_key(&b"gone"[..]));
+    assert_eq!(want[&b"key"[..]].0, 2);
+    let got = image_of(&db);
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        want.keys().collect::<Vec<_>>()
+    );
+    for (name, (seq, keys)) in &want {
+        assert_eq!(got[name].0, *seq, "sequence of {name:?}");
+        assert!(got[name].1 == *keys, "keys of bucket {name:?} differ");
+    }
+    db.check().unwrap();
+    drop(db);
+    let db = Db::open(&path).unwrap();
+    assert!(image_of(&db) == want, "the defragmented file reopens equal");
+    db.check().unwrap();
+    assert!(!dir.path().join("db.defrag.tmp").exists());
+}
+
 #[test]
 fn snapshot_while_writing_is_consistent() {
     let dir = tempfile::tempdir().unwrap();

@@ -9,8 +9,9 @@
 // mapping (/proc/<pid>/smaps), the db file size; kill -9, restart (until `endpoint health`
 // answers) and the same memory figures after the restart. Then a compaction to the latest
 // revision (physical: the answer waits for the deletes) and a defrag, each timed with the peak
-// RSS while it ran (VmHWM after resetting it through /proc/<pid>/clear_refs) and the db file
-// after the defrag.
+// RSS while it ran (VmHWM after resetting it through /proc/<pid>/clear_refs), with one client
+// putting in a loop meanwhile (how many puts it got answered, its longest wait), and the db
+// file after the defrag.
 //
 // Run: scripts/bench.sh scale   (BENCH_ONLY=etcd|ours runs one server; BENCH_OURS_BIN=<path>
 // measures another build of ours, e.g. an older one; quick: BENCH_SCALE_PUTS=200000
@@ -135,6 +136,42 @@ async fn compact_all(url: &str) -> f64 {
     t.elapsed().as_secs_f64()
 }
 
+/// What one client writing in a loop saw while a long call ran: whether the member kept
+/// serving writes (etcd's defrag holds them all; ours should not).
+#[derive(Default, Clone, Copy)]
+struct Probe {
+    puts: u64,
+    longest_ms: f64,
+}
+
+/// Runs `call` while one client puts a key in a loop; the call's result and what the client
+/// saw (the put in flight when the call ends is waited for: a put held for the whole call
+/// counts).
+async fn probed<F: std::future::Future<Output = f64>>(url: &str, call: F) -> (f64, Probe) {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut kv = KvClient::new(long_channel(url).await);
+    let s = stop.clone();
+    let probe = tokio::spawn(async move {
+        let mut p = Probe::default();
+        while !s.load(Ordering::Relaxed) {
+            let t = Instant::now();
+            let put = PutRequest {
+                key: b"probe".to_vec(),
+                value: vec![b'p'; VALUE],
+                ..Default::default()
+            };
+            if kv.put(put).await.is_ok() {
+                p.puts += 1;
+            }
+            p.longest_ms = p.longest_ms.max(t.elapsed().as_secs_f64() * 1e3);
+        }
+        p
+    });
+    let out = call.await;
+    stop.store(true, Ordering::Relaxed);
+    (out, probe.await.unwrap_or_default())
+}
+
 /// Defragments the member's db; seconds.
 async fn defrag(url: &str) -> f64 {
     let mut m = MaintenanceClient::new(long_channel(url).await);
@@ -205,8 +242,10 @@ struct Measured {
     after_restart: Mem,
     compact_secs: f64,
     compact_peak_mib: f64,
+    compact_probe: Probe,
     defrag_secs: f64,
     defrag_peak_mib: f64,
+    defrag_probe: Probe,
     db_after_defrag_mib: f64,
 }
 
@@ -228,16 +267,18 @@ fn run(name: &str, bin: &str, dir: &std::path::Path, puts: u64, keys: u64) -> Me
     let after_load = mem(pid);
     let db_mib = db_mib_of(&s);
     let t = Instant::now();
-    s.restart_within(bin, &flags, Duration::from_secs(300));
+    // etcd 3.4 needed 303 s to restart on 10M keys.
+    s.restart_within(bin, &flags, Duration::from_secs(1200));
     let restart_secs = t.elapsed().as_secs_f64();
     std::thread::sleep(Duration::from_secs(2));
     let pid = s.child.as_ref().map(|c| c.id()).unwrap_or(0);
     let after_restart = mem(pid);
     reset_peak(pid);
-    let compact_secs = rt.block_on(compact_all(&s.client_url));
+    let (compact_secs, compact_probe) =
+        rt.block_on(probed(&s.client_url, compact_all(&s.client_url)));
     let compact_peak_mib = status_kib(pid, "VmHWM:") / 1024.0;
     reset_peak(pid);
-    let defrag_secs = rt.block_on(defrag(&s.client_url));
+    let (defrag_secs, defrag_probe) = rt.block_on(probed(&s.client_url, defrag(&s.client_url)));
     let defrag_peak_mib = status_kib(pid, "VmHWM:") / 1024.0;
     let db_after_defrag_mib = db_mib_of(&s);
     Measured {
@@ -249,8 +290,10 @@ fn run(name: &str, bin: &str, dir: &std::path::Path, puts: u64, keys: u64) -> Me
         after_restart,
         compact_secs,
         compact_peak_mib,
+        compact_probe,
         defrag_secs,
         defrag_peak_mib,
+        defrag_probe,
         db_after_defrag_mib,
     }
 }
@@ -299,7 +342,19 @@ fn main() {
     row("  db mapping resident, MiB", &|m| m.after_restart.db_mapped);
     row("compact to latest (physical), s", &|m| m.compact_secs);
     row("  peak RSS meanwhile, MiB", &|m| m.compact_peak_mib);
+    row("  puts answered meanwhile (1 client)", &|m| {
+        m.compact_probe.puts as f64
+    });
+    row("  longest put meanwhile, ms", &|m| {
+        m.compact_probe.longest_ms
+    });
     row("defrag, s", &|m| m.defrag_secs);
     row("  peak RSS meanwhile, MiB", &|m| m.defrag_peak_mib);
+    row("  puts answered meanwhile (1 client)", &|m| {
+        m.defrag_probe.puts as f64
+    });
+    row("  longest put meanwhile, ms", &|m| {
+        m.defrag_probe.longest_ms
+    });
     row("db file after defrag, MiB", &|m| m.db_after_defrag_mib);
 }

@@ -1,7 +1,7 @@
 // `etcdutl defrag`: offline compaction of a stopped member's db (a compact copy renamed over
 // the old file), reporting the size before and after.
 
-use common::backend::Db;
+use common::backend::{Db, DefragStep};
 
 use crate::datadir::DataDir;
 use crate::error::{Error, Result};
@@ -20,7 +20,11 @@ pub fn defrag(dir: &DataDir) -> Result<Defragged> {
     let bar = crate::progress::spinner("defragmenting");
     let db = Db::open(&dir.db)
         .map_err(|e| Error::failed(format!("cannot open the db {}: {e}", dir.db.display())))?;
-    db.defrag()?;
+    db.defrag_with(&mut |step| {
+        if let (Some(b), DefragStep::Copying { keys }) = (&bar, step) {
+            b.set_message(format!("defragmenting: {keys} keys copied"));
+        }
+    })?;
     drop(db);
     crate::progress::finish(bar);
     Ok(Defragged {

@@ -69,6 +69,9 @@ struct Inner {
     cfg: BatchConfig,
     bufs: RwLock<Buffers>,
     commit_lock: Mutex<()>,
+    /// Held by a defrag and by whoever replaces the db file from outside (`hold_file`), so a
+    /// defrag never renames its copy over a file installed meanwhile.
+    file: Mutex<()>,
     stop: Mutex<bool>,
     wake: Condvar,
     last_error: Mutex<Option<String>>,
@@ -161,6 +164,7 @@ impl Batch {
             cfg,
             bufs: RwLock::new(Buffers::default()),
             commit_lock: Mutex::new(()),
+            file: Mutex::new(()),
             stop: Mutex::new(false),
             wake: Condvar::new(),
             last_error: Mutex::new(None),
@@ -475,10 +479,18 @@ impl Batch {
         self.inner.db().snapshot(out, sha256_trailer)
     }
 
-    /// Commits what is pending, then defragments. Writers wait; readers go on.
+    /// Commits what is pending, then defragments online (`Db::defrag`): reads, writes and
+    /// background commits go on; commits wait only for the last, short catch-up round.
     pub fn defrag(&self) -> Result<()> {
+        let _file = lock(&self.inner.file);
         self.inner.commit()?;
         self.inner.db().defrag()
+    }
+
+    /// Keeps defrags out while the caller replaces the db file (a follower renaming the
+    /// leader's snapshot image over it before `replace_db`); waits for a running defrag.
+    pub fn hold_file(&self) -> std::sync::MutexGuard<'_, ()> {
+        lock(&self.inner.file)
     }
 
     /// Starts a group of writes that no commit can split: the group's writes stay its own

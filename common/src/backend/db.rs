@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use memmap2::Mmap;
 
+use super::dirty::Dirty;
 use super::error::{Error, Result, corrupt, io};
 use super::freelist::{self, Freelist};
 use super::meta::{Meta, PGID_NO_FREELIST};
@@ -55,6 +56,8 @@ pub(crate) struct Writer {
     pub file_len: u64,
     pub freelist: Freelist,
     pub poisoned: Option<String>,
+    /// What write transactions change while an online defrag runs (None otherwise).
+    pub dirty: Option<Dirty>,
 }
 
 pub(crate) struct View {
@@ -71,6 +74,8 @@ pub(crate) struct Shared {
     pub opts: Options,
     pub writer: Mutex<Writer>,
     pub view: Mutex<View>,
+    /// Held for a whole defrag: one at a time, as they share `Writer::dirty`.
+    pub defrag: Mutex<()>,
 }
 
 /// A handle on one bbolt-format db file; clones share it. See the module docs.
@@ -390,6 +395,7 @@ impl Db {
                     file_len: len,
                     freelist,
                     poisoned: None,
+                    dirty: None,
                 }),
                 view: Mutex::new(View {
                     meta,
@@ -397,6 +403,7 @@ impl Db {
                     readers: BTreeMap::new(),
                     free_pages,
                 }),
+                defrag: Mutex::new(()),
             }),
         })
     }

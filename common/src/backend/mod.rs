@@ -4,7 +4,8 @@
 // Layers, bottom up: `page` (page header and element codecs), `meta` (the two meta pages),
 // `freelist`, `node` (tree views, cursor, copy-on-write write path), `tx` (read and write
 // transactions), `db` (open, commit protocol, reader tracking, remap), then the whole-file
-// tools: `check` (structure check, stats, hash), `defrag` (compaction, snapshot stream) and
+// tools: `check` (structure check, stats, hash), `defrag` (online compaction: a copy that
+// catches up with the keys writers change meanwhile, recorded by `dirty`; snapshot stream) and
 // `batch` (etcd's batching layer with a read buffer).
 //
 // Commit protocol: dirty pages → fdatasync → next meta (slot txid % 2, FNV-1a checksum) →
@@ -15,6 +16,7 @@ mod batch;
 mod check;
 mod db;
 mod defrag;
+mod dirty;
 mod error;
 mod freelist;
 mod meta;
@@ -25,6 +27,7 @@ mod tx;
 pub use batch::{Batch, BatchConfig, BatchWrite};
 pub use check::{BucketStats, Stats};
 pub use db::{DEFAULT_PAGE_SIZE, Db, IoObserver, Options};
+pub use defrag::DefragStep;
 pub use error::{Error, Result};
 pub use node::{Cursor, Entry};
 pub use tx::{Bucket, ReadTx, ReadTxn, WriteTx};

@@ -342,6 +342,9 @@ impl<'a> WriteTx<'a> {
             Some(b) => b.existed,
             None => false,
         };
+        if let Some(d) = self.writer.dirty.as_mut() {
+            d.whole(name);
+        }
         self.buckets.insert(
             name.to_vec(),
             WBucket {
@@ -368,11 +371,17 @@ impl<'a> WriteTx<'a> {
 
     pub fn set_sequence(&mut self, bucket: &[u8], seq: u64) -> Result<()> {
         self.bucket_mut(bucket)?.seq = seq;
+        if let Some(d) = self.writer.dirty.as_mut() {
+            d.sequence(bucket);
+        }
         Ok(())
     }
 
     /// Increments and returns the bucket's sequence number (bbolt's NextSequence).
     pub fn next_sequence(&mut self, bucket: &[u8]) -> Result<u64> {
+        if let Some(d) = self.writer.dirty.as_mut() {
+            d.sequence(bucket);
+        }
         let b = self.bucket_mut(bucket)?;
         b.seq += 1;
         Ok(b.seq)
@@ -381,6 +390,9 @@ impl<'a> WriteTx<'a> {
     /// Deletes a bucket and all its keys; its pages are freed at commit.
     pub fn delete_bucket(&mut self, name: &[u8]) -> Result<()> {
         self.bucket_mut(name)?;
+        if let Some(d) = self.writer.dirty.as_mut() {
+            d.whole(name);
+        }
         let ctx = Ctx {
             map: &self.map[..],
             page_size: self.meta.page_size as usize,
@@ -400,6 +412,9 @@ impl<'a> WriteTx<'a> {
             return Err(Error::ValueTooLarge(value.len()));
         }
         self.bucket_mut(bucket)?;
+        if let Some(d) = self.writer.dirty.as_mut() {
+            d.key(bucket, key);
+        }
         let ctx = Ctx {
             map: &self.map[..],
             page_size: self.meta.page_size as usize,
@@ -428,6 +443,9 @@ impl<'a> WriteTx<'a> {
             return Ok(false);
         }
         self.bucket_mut(bucket)?;
+        if let Some(d) = self.writer.dirty.as_mut() {
+            d.key(bucket, key);
+        }
         let ctx = Ctx {
             map: &self.map[..],
             page_size: self.meta.page_size as usize,

@@ -238,6 +238,9 @@ impl ApplyLoop {
     fn install_snapshot(&mut self, snap: &Snapshot) -> Result<(), String> {
         let md = snap.metadata.clone().unwrap_or_default();
         let cfg = &self.shared.cfg;
+        // A defrag renaming its copy over the db after this would undo the install.
+        let backend = self.shared.kv.backend().clone();
+        let _file = backend.hold_file();
         super::bootstrap::install_snapshot_db(&self.snapshotter, md.index, &cfg.backend_path())
             .map_err(|e| e.to_string())?;
         let db = common::backend::Db::open(cfg.backend_path())

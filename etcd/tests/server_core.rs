@@ -278,6 +278,10 @@ fn defragmenting_under_writes_keeps_them_flowing_and_loses_none() {
     let took = started.elapsed();
     let during = writer.acked_count() - before;
     eprintln!("defragmented in {took:?}; {during} writes acknowledged meanwhile");
+    let log = std::fs::read_to_string(c.nodes[leader].log_path()).unwrap_or_default();
+    if let Some(line) = log.lines().find(|l| l.contains("finished defragmenting")) {
+        eprintln!("{line}");
+    }
     std::thread::sleep(Duration::from_millis(300));
     let acked = writer.finish();
     assert!(

@@ -482,9 +482,14 @@ impl Batch {
     /// Commits what is pending, then defragments online (`Db::defrag`): reads, writes and
     /// background commits go on; commits wait only for the last, short catch-up round.
     pub fn defrag(&self) -> Result<()> {
+        self.defrag_with(&mut |_| {})
+    }
+
+    /// `defrag`, reporting its steps (`Db::defrag_with`).
+    pub fn defrag_with(&self, progress: &mut dyn FnMut(super::DefragStep)) -> Result<()> {
         let _file = lock(&self.inner.file);
         self.inner.commit()?;
-        self.inner.db().defrag()
+        self.inner.db().defrag_with(progress)
     }
 
     /// Keeps defrags out while the caller replaces the db file (a follower renaming the

@@ -45,6 +45,9 @@ pub enum DefragStep {
     CaughtUp { keys: usize },
     /// The last round, with writers waiting, replayed `keys`; the file is being swapped.
     Swapping { keys: usize },
+    /// The handle reads and writes the new file; writers waited `writers_waited` for the
+    /// last round and the swap.
+    Swapped { writers_waited: std::time::Duration },
 }
 
 impl Db {
@@ -140,6 +143,7 @@ impl Db {
         }
         // The last round: writers wait from here until the handle reads the new file.
         let mut w = shared.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let held = std::time::Instant::now();
         if let Some(why) = &w.poisoned {
             return Err(Error::Poisoned(why.clone()));
         }
@@ -156,29 +160,20 @@ impl Db {
             txid,
         })?;
         dst.bump_txid(next)?;
-        drop(dst);
+        // The copy's handle stays open across the rename (the descriptor follows the file),
+        // so its file, freelist and map are taken over as they are: a reopen would read the
+        // whole new file again while writers wait.
         std::fs::rename(tmp, &path).map_err(io(&path, "rename defragmented file"))?;
         if let Some(dir) = path.parent() {
             sync_dir(dir)?;
         }
-        let fresh = Db::open_with(
-            &path,
-            Options {
-                io_observer: None,
-                ..shared.opts.clone()
-            },
-        );
-        let fresh = match fresh {
-            Ok(d) => d,
-            Err(e) => {
-                w.poisoned = Some(format!("reopen after defrag failed: {e}"));
-                return Err(e);
-            }
-        };
-        // Take over the fresh handle's file, freelist and view.
-        let fresh_shared = match Arc::try_unwrap(fresh.shared) {
+        let fresh_shared = match Arc::try_unwrap(dst.shared) {
             Ok(s) => s,
-            Err(_) => return Err(Error::Poisoned("defrag handle still shared".into())),
+            Err(_) => {
+                let why = "defrag copy handle still shared after the rename".to_string();
+                w.poisoned = Some(why.clone());
+                return Err(Error::Poisoned(why));
+            }
         };
         let fw = fresh_shared
             .writer
@@ -201,6 +196,10 @@ impl Db {
         v.meta = fv.meta;
         v.map = fv.map;
         v.free_pages = fv.free_pages;
+        drop((v, w));
+        progress(DefragStep::Swapped {
+            writers_waited: held.elapsed(),
+        });
         Ok(())
     }
 

@@ -95,7 +95,13 @@ impl Maintenance for MaintenanceService {
             let before = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
             tracing::info!(path = %path.display(), "starting defragment");
             let started = std::time::Instant::now();
-            backend.defrag().map_err(|e| {
+            let mut writers_waited = std::time::Duration::ZERO;
+            let mut note = |step| {
+                if let common::backend::DefragStep::Swapped { writers_waited: w } = step {
+                    writers_waited = w;
+                }
+            };
+            backend.defrag_with(&mut note).map_err(|e| {
                 tracing::error!(error = %e, "failed to defragment");
                 Status::internal(format!("defragment failed: {e}"))
             })?;
@@ -105,6 +111,8 @@ impl Maintenance for MaintenanceService {
                 current_db_size_bytes = before,
                 after_db_size_bytes = after,
                 took = ?started.elapsed(),
+                // Ours copies online: writes waited only for the last catch-up and the swap.
+                writes_waited = ?writers_waited,
                 "finished defragmenting directory"
             );
             crate::server::heap::release_soon();

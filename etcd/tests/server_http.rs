@@ -403,6 +403,14 @@ const CALLS: &[(&str, &str)] = &[
         r#"{"key":"Zm9v","value":"YmFy","lease":"99"}"#,
     ),
     ("/v3/kv/nope", "{}"),
+    // A nested txn's compares are decided before its parent's puts run (etcd's txn path):
+    // k is "0" for the inner compare although the outer branch just put "1".
+    ("/v3/kv/put", r#"{"key":"aw==","value":"MA=="}"#),
+    (
+        "/v3/kv/txn",
+        r#"{"success":[{"request_put":{"key":"aw==","value":"MQ=="}},{"request_txn":{"compare":[{"key":"aw==","target":"VALUE","result":"EQUAL","value":"MQ=="}],"success":[{"request_put":{"key":"cg==","value":"c2F3LW5ldw=="}}],"failure":[{"request_put":{"key":"cg==","value":"c2F3LW9sZA=="}}]}}]}"#,
+    ),
+    ("/v3/kv/range", r#"{"key":"cg=="}"#),
 ];
 
 #[test]

@@ -1,5 +1,6 @@
 // Snapshots by --snapshot-count: writes produce .snap files (at most --max-snapshots kept),
-// WAL segments beyond --max-wals are purged, and a restart starts from the newest snapshot.
+// WAL segments beyond --max-wals are purged, a restart starts from the newest snapshot, and
+// Maintenance.Snapshot streams the db without holding it in memory.
 
 #[path = "../../common/tests/support/mod.rs"]
 mod support;
@@ -112,4 +113,103 @@ fn wal_segments_beyond_max_wals_are_purged_after_snapshots() {
             .into_inner();
         assert_eq!(r.count, 150);
     });
+}
+
+/// The server's anonymous resident memory (heap), bytes.
+fn anon_rss(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .expect("read the server's /proc status")
+        .lines()
+        .find_map(|l| l.strip_prefix("RssAnon:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .expect("RssAnon in kB")
+        * 1024
+}
+
+/// A client that reads a 96 MiB db's snapshot slowly: the server sends it as the client takes
+/// it, from one read transaction over the mapped file, so its heap grows by a few 32 KiB
+/// messages, not by the db (which a whole image in memory would add).
+#[test]
+fn maintenance_snapshot_streams_without_holding_the_db_in_memory() {
+    use proto::etcdserverpb::{
+        RequestOp, SnapshotRequest, TxnRequest, maintenance_client::MaintenanceClient,
+        request_op::Request,
+    };
+    use sha2::Digest;
+    const TXNS: usize = 96;
+    const PER_TXN: usize = 100;
+    const VALUE: usize = 10 * 1024;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("ours");
+    let ours = RealEtcd::start_bin(OURS, &dir, "node", &["--max-txn-ops", "1000"]);
+    let pid = ours.child.as_ref().map(|c| c.id()).expect("server pid");
+    let url = ours.client_url.clone();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (blobs, sha, peak_growth, db_bytes) = rt.block_on(async {
+        let mut c = KvClient::connect(url.clone()).await.unwrap();
+        for t in 0..TXNS {
+            let success = (0..PER_TXN)
+                .map(|i| RequestOp {
+                    request: Some(Request::RequestPut(PutRequest {
+                        key: format!("big/{t:03}/{i:03}").into_bytes(),
+                        value: vec![b'v'; VALUE],
+                        ..Default::default()
+                    })),
+                })
+                .collect();
+            c.txn(TxnRequest {
+                success,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        }
+        // The last writes' backend commit still allocates after their answers: measure from
+        // a settled heap.
+        let mut base = anon_rss(pid);
+        for _ in 0..40 {
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            let now = anon_rss(pid);
+            let settled = now.abs_diff(base) < 1 << 20;
+            base = now;
+            if settled {
+                break;
+            }
+        }
+        let mut m = MaintenanceClient::connect(url.clone())
+            .await
+            .unwrap()
+            .max_decoding_message_size(usize::MAX);
+        let mut stream = m.snapshot(SnapshotRequest {}).await.unwrap().into_inner();
+        let mut blobs = Vec::new();
+        let mut peak = 0u64;
+        let mut n = 0;
+        while let Some(msg) = stream.message().await.unwrap() {
+            n += 1;
+            if n % 64 == 0 {
+                // Slow reader: the server must wait, not buffer ahead.
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                peak = peak.max(anon_rss(pid).saturating_sub(base));
+            }
+            blobs.push(msg);
+        }
+        let sha = blobs.pop().expect("checksum message").blob;
+        let db: u64 = blobs.iter().map(|b| b.blob.len() as u64).sum();
+        (blobs, sha, peak, db)
+    });
+    assert!(db_bytes > 90 << 20, "the db is only {db_bytes} bytes");
+    // etcd's framing: remaining_bytes counts down to 0, then the sha256 of the db alone.
+    let mut left = db_bytes;
+    let mut hasher = sha2::Sha256::new();
+    for b in &blobs {
+        left -= b.blob.len() as u64;
+        assert_eq!(b.remaining_bytes, left);
+        hasher.update(&b.blob);
+    }
+    assert_eq!(sha, hasher.finalize().to_vec(), "the trailing sha256");
+    eprintln!("snapshot of {db_bytes} bytes; server heap grew by at most {peak_growth} bytes");
+    assert!(
+        peak_growth < 32 << 20,
+        "the server's heap grew by {peak_growth} bytes while sending a {db_bytes}-byte snapshot"
+    );
 }

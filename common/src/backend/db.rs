@@ -504,6 +504,11 @@ impl Db {
         v.meta.pgid.saturating_sub(v.free_pages) * v.meta.page_size as u64
     }
 
+    /// Read transactions open now (etcd_mvcc_db_open_read_transactions).
+    pub fn open_readers(&self) -> usize {
+        lock(&self.shared.view).readers.values().sum()
+    }
+
     /// The txid of the latest commit.
     pub fn txid(&self) -> u64 {
         self.meta().txid

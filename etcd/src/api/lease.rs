@@ -184,6 +184,7 @@ pub async fn expire_leases(server: Arc<EtcdServer>) {
             };
             match server.propose(req).await.and_then(|out| out.result) {
                 Ok(_) => {
+                    crate::metrics::METRICS.lease_expired.inc();
                     tracing::info!(lease_id = %format!("{id:016x}"), "revoked an expired lease")
                 }
                 Err(e) => {

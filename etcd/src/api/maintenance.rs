@@ -16,6 +16,7 @@ use tonic::{Request, Response, Status};
 
 use super::errors;
 use crate::api::errors::ToStatus;
+use crate::metrics::METRICS;
 use crate::server::EtcdServer;
 use crate::server::apply::Applied;
 
@@ -28,8 +29,86 @@ fn not_yet(what: &str) -> Status {
 }
 
 const SNAPSHOT_CHUNK: usize = 32 * 1024;
-/// The sha256 trailer the backend image ends with.
-const SHA256_LEN: usize = 32;
+/// Snapshot messages queued ahead of a slow client.
+const SNAPSHOT_CHUNKS_IN_FLIGHT: usize = 8;
+
+/// Cuts a snapshot image into Maintenance.Snapshot's messages as it is written: as etcd 3.4,
+/// the db in 32 KiB messages counting down remaining_bytes, then the sha256 of it alone in a
+/// last message; no header on any of them.
+struct SnapshotChunks {
+    tx: tokio::sync::mpsc::Sender<Result<SnapshotResponse, Status>>,
+    buf: Vec<u8>,
+    left: u64,
+    sha: sha2::Sha256,
+    /// The client stopped reading.
+    gone: bool,
+}
+
+impl SnapshotChunks {
+    fn new(tx: tokio::sync::mpsc::Sender<Result<SnapshotResponse, Status>>, total: u64) -> Self {
+        use sha2::Digest;
+        SnapshotChunks {
+            tx,
+            buf: Vec::with_capacity(SNAPSHOT_CHUNK),
+            left: total,
+            sha: sha2::Sha256::new(),
+            gone: false,
+        }
+    }
+
+    fn emit(&mut self, msg: SnapshotResponse) -> std::io::Result<()> {
+        if self.tx.blocking_send(Ok(msg)).is_err() {
+            self.gone = true;
+            return Err(std::io::Error::other("the snapshot's client went away"));
+        }
+        Ok(())
+    }
+
+    fn flush_chunk(&mut self) -> std::io::Result<()> {
+        let blob = std::mem::replace(&mut self.buf, Vec::with_capacity(SNAPSHOT_CHUNK));
+        self.left = self.left.saturating_sub(blob.len() as u64);
+        self.emit(SnapshotResponse {
+            header: None,
+            remaining_bytes: self.left,
+            blob,
+            version: String::new(),
+        })
+    }
+
+    /// Sends what is buffered and the checksum message.
+    fn finish(mut self) -> std::io::Result<()> {
+        use sha2::Digest;
+        if !self.buf.is_empty() {
+            self.flush_chunk()?;
+        }
+        let digest = std::mem::take(&mut self.sha).finalize();
+        self.emit(SnapshotResponse {
+            blob: digest.to_vec(),
+            ..Default::default()
+        })
+    }
+}
+
+impl std::io::Write for SnapshotChunks {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        use sha2::Digest;
+        self.sha.update(data);
+        let mut rest = data;
+        while !rest.is_empty() {
+            let n = (SNAPSHOT_CHUNK - self.buf.len()).min(rest.len());
+            self.buf.extend_from_slice(&rest[..n]);
+            rest = &rest[n..];
+            if self.buf.len() == SNAPSHOT_CHUNK {
+                self.flush_chunk()?;
+            }
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
 
 #[tonic::async_trait]
 impl Maintenance for MaintenanceService {
@@ -95,13 +174,17 @@ impl Maintenance for MaintenanceService {
             let before = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
             tracing::info!(path = %path.display(), "starting defragment");
             let started = std::time::Instant::now();
+            METRICS.defrag_inflight.inc();
             let mut writers_waited = std::time::Duration::ZERO;
             let mut note = |step| {
                 if let common::backend::DefragStep::Swapped { writers_waited: w } = step {
                     writers_waited = w;
                 }
             };
-            backend.defrag_with(&mut note).map_err(|e| {
+            let done = backend.defrag_with(&mut note);
+            METRICS.defrag_inflight.dec();
+            METRICS.defrag.observe(started.elapsed().as_secs_f64());
+            done.map_err(|e| {
                 tracing::error!(error = %e, "failed to defragment");
                 Status::internal(format!("defragment failed: {e}"))
             })?;
@@ -130,12 +213,15 @@ impl Maintenance for MaintenanceService {
         super::auth::check_maintenance_admin(&self.server, &_r)?;
         let server = self.server.clone();
         let hash = tokio::task::spawn_blocking(move || {
+            let started = std::time::Instant::now();
             let backend = server.kv().backend();
             backend.force_commit()?;
             let meta = common::backend::buckets::META;
-            backend
+            let hash = backend
                 .db()
-                .hash(&[(meta, b"consistent_index"), (meta, b"term")])
+                .hash(&[(meta, b"consistent_index"), (meta, b"term")]);
+            METRICS.hash.observe(started.elapsed().as_secs_f64());
+            hash
         })
         .await
         .map_err(|e| Status::internal(e.to_string()))?
@@ -161,43 +247,35 @@ impl Maintenance for MaintenanceService {
     ) -> Result<Response<Self::SnapshotStream>, Status> {
         super::auth::check_maintenance_admin(&self.server, &_r)?;
         let server = self.server.clone();
-        let image = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, String> {
+        // The image streams from one read transaction as the client takes it: a few chunks
+        // in flight, never the whole db in memory (a 3 GB db stays a 3 GB file).
+        let (tx, rx) = tokio::sync::mpsc::channel(SNAPSHOT_CHUNKS_IN_FLIGHT);
+        tokio::task::spawn_blocking(move || {
+            let started = std::time::Instant::now();
             let backend = server.kv().backend();
-            backend.force_commit().map_err(|e| e.to_string())?;
-            let mut out = Vec::new();
-            backend
-                .db()
-                .snapshot(&mut out, true)
-                .map_err(|e| e.to_string())?;
-            Ok(out)
-        })
-        .await
-        .map_err(|e| Status::internal(e.to_string()))?
-        .map_err(Status::internal)?;
-        // As etcd 3.4: the db in 32 KiB messages counting down remaining_bytes, then the
-        // sha256 of it alone in a last message; no header on any of them.
-        let Some(db_len) = image.len().checked_sub(SHA256_LEN) else {
-            return Err(Status::internal("snapshot image shorter than its checksum"));
-        };
-        let (db, sha) = image.split_at(db_len);
-        let mut sent = 0;
-        let mut chunks: Vec<Result<SnapshotResponse, Status>> = db
-            .chunks(SNAPSHOT_CHUNK)
-            .map(|c| {
-                sent += c.len();
-                Ok(SnapshotResponse {
-                    header: None,
-                    remaining_bytes: (db_len - sent) as u64,
-                    blob: c.to_vec(),
-                    version: String::new(),
-                })
-            })
-            .collect();
-        chunks.push(Ok(SnapshotResponse {
-            blob: sha.to_vec(),
-            ..Default::default()
-        }));
-        Ok(Response::new(Box::pin(tokio_stream::iter(chunks))))
+            let fail = |tx: &tokio::sync::mpsc::Sender<_>, e: String| {
+                let _ = tx.blocking_send(Err(Status::internal(e)));
+            };
+            if let Err(e) = backend.force_commit() {
+                return fail(&tx, e.to_string());
+            }
+            let db = backend.db();
+            let rtx = db.begin_read();
+            let mut out = SnapshotChunks::new(tx.clone(), rtx.size());
+            match db.snapshot_of(&rtx, &mut out, false) {
+                Ok(_) => {
+                    if out.finish().is_ok() {
+                        METRICS.snapshot.observe(started.elapsed().as_secs_f64());
+                    }
+                }
+                // A client that went away is no failure to report.
+                Err(_) if out.gone => {}
+                Err(e) => fail(&tx, e.to_string()),
+            }
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
     }
 
     async fn move_leader(

@@ -241,23 +241,48 @@ pub fn txn_compares_hold(w: &mut impl TxnRead, r: &TxnRequest) -> Result<bool, E
     Ok(true)
 }
 
+/// The branches a txn takes: whether its compares held, and the same for each nested txn
+/// of that branch, in order. As etcd's txn path, it is decided on the store as it was before
+/// any op of the txn ran, so a nested txn's compares never see its parent's writes, and each
+/// compare is evaluated (and counted as a range) once.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TxnPath {
+    pub ok: bool,
+    pub nested: Vec<TxnPath>,
+}
+
+/// Decides `r`'s path (see `TxnPath`).
+pub fn txn_path(w: &mut impl TxnRead, r: &TxnRequest) -> Result<TxnPath, Error> {
+    let ok = txn_compares_hold(w, r)?;
+    let ops = if ok { &r.success } else { &r.failure };
+    let mut nested = Vec::new();
+    for op in ops {
+        if let Some(Request::RequestTxn(t)) = &op.request {
+            nested.push(txn_path(w, t)?);
+        }
+    }
+    Ok(TxnPath { ok, nested })
+}
+
 pub fn txn(
     w: &mut WriteTxn<'_>,
     r: &TxnRequest,
     leases: &dyn LeaseLookup,
 ) -> Result<TxnResponse, Error> {
-    let ok = txn_compares_hold(w, r)?;
-    txn_branch(w, r, ok, leases)
+    let path = txn_path(w, r)?;
+    txn_branch(w, r, &path, leases)
 }
 
-/// Runs the branch of `r` that `ok` (the outcome of its compares) selects.
+/// Runs the branches of `r` that `path` (decided by `txn_path`) selects.
 pub fn txn_branch(
     w: &mut WriteTxn<'_>,
     r: &TxnRequest,
-    ok: bool,
+    path: &TxnPath,
     leases: &dyn LeaseLookup,
 ) -> Result<TxnResponse, Error> {
+    let ok = path.ok;
     let ops = if ok { &r.success } else { &r.failure };
+    let mut nested = path.nested.iter();
     let mut responses = Vec::with_capacity(ops.len());
     for op in ops {
         let resp = match &op.request {
@@ -266,7 +291,14 @@ pub fn txn_branch(
             Some(Request::RequestDeleteRange(x)) => {
                 Response::ResponseDeleteRange(delete_range(w, x)?)
             }
-            Some(Request::RequestTxn(x)) => Response::ResponseTxn(txn(w, x, leases)?),
+            Some(Request::RequestTxn(x)) => {
+                let Some(p) = nested.next() else {
+                    // txn_path walked the same branch: a nested txn without its path is a
+                    // caller's bug, not the client's.
+                    return Err(error::NOT_CAPABLE);
+                };
+                Response::ResponseTxn(txn_branch(w, x, p, leases)?)
+            }
             None => continue,
         };
         responses.push(ResponseOp {
@@ -307,7 +339,8 @@ pub fn read_only_txn(v: &mut ReadView<'_>, r: &TxnRequest) -> Result<TxnResponse
     })
 }
 
-/// Gives every response inside a txn etcd's inner header: the txn's final revision only.
+/// Gives every response inside a txn etcd's inner header: the txn's final revision only
+/// (a nested txn's own header stays empty, as etcd's).
 pub fn stamp_txn_headers(t: &mut TxnResponse, rev: i64) {
     for op in &mut t.responses {
         match &mut op.response {
@@ -315,7 +348,9 @@ pub fn stamp_txn_headers(t: &mut TxnResponse, rev: i64) {
             Some(Response::ResponsePut(x)) => x.header = rev_header(rev),
             Some(Response::ResponseDeleteRange(x)) => x.header = rev_header(rev),
             Some(Response::ResponseTxn(x)) => {
-                x.header = rev_header(rev);
+                // etcd 3.4 leaves a nested txn's own header empty (`"header":{}`); only the
+                // ops inside it carry the revision.
+                x.header = Some(ResponseHeader::default());
                 stamp_txn_headers(x, rev);
             }
             None => {}

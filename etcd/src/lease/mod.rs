@@ -101,10 +101,13 @@ impl Lessor {
     }
 
     /// Renews a lease for its full TTL; returns the TTL, or None when it does not exist.
+    /// Only the leader renews (followers forward), so this counts etcd's "renewed leases
+    /// seen by the leader".
     pub fn renew(&self, id: i64) -> Option<i64> {
         let mut ls = lock(&self.leases);
         let l = ls.by_id.get_mut(&id)?;
         l.expiry = Instant::now() + Duration::from_secs(l.ttl.max(0) as u64);
+        crate::metrics::METRICS.lease_renewed.inc();
         Some(l.ttl)
     }
 

@@ -1,5 +1,6 @@
 // Counts gRPC calls as go-grpc-prometheus does for etcd: grpc_server_started_total when a call
-// arrives, grpc_server_handled_total with its status code when it ends (trailers seen).
+// arrives, grpc_server_handled_total with its status code when it ends (trailers seen), and
+// each message either way with its bytes (etcd_network_client_grpc_{received,sent}_bytes_total).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -7,7 +8,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body::{Body, Frame};
-use tonic::codegen::Service;
+use tonic::codegen::{Service, StdError};
 
 use super::METRICS;
 use crate::api::descriptors;
@@ -53,6 +54,8 @@ pub fn init_service(service: &str) {
     for m in s.methods() {
         let t = descriptors::grpc_type(&m);
         METRICS.grpc_started.add(&[m.name(), service, t], 0);
+        METRICS.grpc_msg_received.add(&[m.name(), service, t], 0);
+        METRICS.grpc_msg_sent.add(&[m.name(), service, t], 0);
         for c in CODES {
             METRICS.grpc_handled.add(&[c, m.name(), service, t], 0);
         }
@@ -89,6 +92,95 @@ impl Call {
             .grpc_handled
             .add(&[code, &self.method, &self.service, self.typ], 1);
     }
+
+    /// One message of `len` protobuf bytes received (or sent).
+    fn message(&self, sent: bool, len: u64) {
+        let labels = [self.method.as_str(), self.service.as_str(), self.typ];
+        if sent {
+            METRICS.grpc_msg_sent.add(&labels, 1);
+            METRICS.grpc_sent_bytes.add(len);
+        } else {
+            METRICS.grpc_msg_received.add(&labels, 1);
+            METRICS.grpc_received_bytes.add(len);
+        }
+    }
+}
+
+/// Finds the messages in a gRPC body: each is a 5-byte prefix (compressed flag, length as
+/// u32 big-endian) and that many bytes, and may straddle data frames.
+#[derive(Default)]
+struct Framing {
+    prefix: [u8; 5],
+    have: usize,
+    /// Bytes of the current message still to pass.
+    left: u64,
+}
+
+impl Framing {
+    /// Passes `data`, calling `on_message` with each message's length as its prefix ends.
+    fn feed(&mut self, mut data: &[u8], mut on_message: impl FnMut(u64)) {
+        while !data.is_empty() {
+            if self.left > 0 {
+                let n = (self.left as usize).min(data.len());
+                self.left -= n as u64;
+                data = &data[n..];
+                continue;
+            }
+            let n = (5 - self.have).min(data.len());
+            self.prefix[self.have..self.have + n].copy_from_slice(&data[..n]);
+            self.have += n;
+            data = &data[n..];
+            if self.have == 5 {
+                let len = u32::from_be_bytes([
+                    self.prefix[1],
+                    self.prefix[2],
+                    self.prefix[3],
+                    self.prefix[4],
+                ]) as u64;
+                on_message(len);
+                self.left = len;
+                self.have = 0;
+            }
+        }
+    }
+}
+
+/// A request body that counts the messages the client sends.
+struct Received<B> {
+    inner: B,
+    call: Call,
+    framing: Framing,
+}
+
+impl<B> Body for Received<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let r = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(f))) = &r
+            && let Some(d) = f.data_ref()
+        {
+            let this = &mut *self;
+            let call = &this.call;
+            this.framing.feed(d, |len| call.message(false, len));
+        }
+        r
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 fn status_of(h: &http::HeaderMap) -> Option<&'static str> {
@@ -112,9 +204,11 @@ type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
 
 impl<S, B> Service<http::Request<B>> for GrpcMetrics<S>
 where
-    S: Service<http::Request<B>, Response = http::Response<tonic::body::Body>>,
+    S: Service<http::Request<tonic::body::Body>, Response = http::Response<tonic::body::Body>>,
     S::Future: Send + 'static,
     S::Error: Send + 'static,
+    B: Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<StdError>,
 {
     type Response = http::Response<tonic::body::Body>;
     type Error = S::Error;
@@ -126,9 +220,25 @@ where
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let call = Call::from_path(req.uri().path());
-        if let Some(c) = &call {
-            c.started();
-        }
+        let req = match &call {
+            Some(c) => {
+                c.started();
+                req.map(|inner| {
+                    tonic::body::Body::new(Received {
+                        inner: http_body_util::BodyExt::map_err(inner, |e| {
+                            tonic::Status::from_error(e.into())
+                        }),
+                        call: c.clone(),
+                        framing: Framing::default(),
+                    })
+                })
+            }
+            None => req.map(|inner| {
+                tonic::body::Body::new(http_body_util::BodyExt::map_err(inner, |e| {
+                    tonic::Status::from_error(e.into())
+                }))
+            }),
+        };
         let fut = self.inner.call(req);
         Box::pin(async move {
             let resp = fut.await?;
@@ -143,6 +253,8 @@ where
             Ok(resp.map(|body| {
                 tonic::body::Body::new(Observed {
                     inner: body,
+                    sent: call.clone(),
+                    framing: Framing::default(),
                     call: Some(call),
                 })
             }))
@@ -154,6 +266,9 @@ where
 /// the client goes away first).
 struct Observed {
     inner: tonic::body::Body,
+    /// Still set after the status is reported, for the messages' count.
+    sent: Call,
+    framing: Framing,
     call: Option<Call>,
 }
 
@@ -168,6 +283,11 @@ impl Body for Observed {
         let r = Pin::new(&mut self.inner).poll_frame(cx);
         match &r {
             Poll::Ready(Some(Ok(f))) => {
+                if let Some(d) = f.data_ref() {
+                    let this = &mut *self;
+                    let sent = &this.sent;
+                    this.framing.feed(d, |len| sent.message(true, len));
+                }
                 if let Some(t) = f.trailers_ref()
                     && let Some(call) = self.call.take()
                 {

@@ -25,6 +25,26 @@ pub struct Metrics {
     pub health_failures: Counter,
     pub grpc_started: CounterVec,
     pub grpc_handled: CounterVec,
+    /// Messages of each call in each direction, and their protobuf bytes (etcd counts the
+    /// messages' sizes, not the gRPC framing).
+    pub grpc_msg_received: CounterVec,
+    pub grpc_msg_sent: CounterVec,
+    pub grpc_received_bytes: Counter,
+    pub grpc_sent_bytes: Counter,
+    pub watch_streams: Gauge,
+    pub watchers: Gauge,
+    /// Events sent to watchers.
+    pub watch_events: Counter,
+    pub lease_granted: Counter,
+    pub lease_renewed: Counter,
+    pub lease_revoked: Counter,
+    pub lease_expired: Counter,
+    pub lease_ttl: Histogram,
+    pub hash: Histogram,
+    pub hash_rev: Histogram,
+    pub defrag: Histogram,
+    pub defrag_inflight: Gauge,
+    pub snapshot: Histogram,
 }
 
 pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
@@ -41,6 +61,24 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     // Labels in name order, so series sort as Go's registry sorts them.
     grpc_started: CounterVec::new(&["grpc_method", "grpc_service", "grpc_type"]),
     grpc_handled: CounterVec::new(&["grpc_code", "grpc_method", "grpc_service", "grpc_type"]),
+    grpc_msg_received: CounterVec::new(&["grpc_method", "grpc_service", "grpc_type"]),
+    grpc_msg_sent: CounterVec::new(&["grpc_method", "grpc_service", "grpc_type"]),
+    grpc_received_bytes: Counter::default(),
+    grpc_sent_bytes: Counter::default(),
+    watch_streams: Gauge::default(),
+    watchers: Gauge::default(),
+    watch_events: Counter::default(),
+    lease_granted: Counter::default(),
+    lease_renewed: Counter::default(),
+    lease_revoked: Counter::default(),
+    lease_expired: Counter::default(),
+    // etcd's buckets for each, as its /metrics prints them.
+    lease_ttl: Histogram::new(registry::exponential_buckets(1.0, 2.0, 24)),
+    hash: Histogram::new(registry::exponential_buckets(0.01, 2.0, 15)),
+    hash_rev: Histogram::new(registry::exponential_buckets(0.01, 2.0, 15)),
+    defrag: Histogram::new(registry::exponential_buckets(0.1, 2.0, 13)),
+    defrag_inflight: Gauge::default(),
+    snapshot: Histogram::new(registry::exponential_buckets(0.01, 2.0, 17)),
 });
 
 /// Hooks the disk observers up to the histograms; call once at start.
@@ -77,7 +115,7 @@ pub fn render(server: &EtcdServer) -> String {
         "etcd_server_is_learner",
         "Whether or not this member is a learner. 1 if is, 0 otherwise.",
         "gauge",
-        0.0,
+        b(server.is_learner()),
     );
     e.single(
         "etcd_server_leader_changes_seen_total",
@@ -169,6 +207,18 @@ pub fn render(server: &EtcdServer) -> String {
         size as f64,
     );
     e.single(
+        "etcd_debugging_mvcc_db_total_size_in_bytes",
+        "Total size of the underlying database physically allocated in bytes.",
+        "gauge",
+        size as f64,
+    );
+    e.single(
+        "etcd_mvcc_db_open_read_transactions",
+        "The number of currently open read transactions",
+        "gauge",
+        server.kv().backend().db().open_readers() as f64,
+    );
+    e.single(
         "etcd_mvcc_db_total_size_in_use_in_bytes",
         "Total size of the underlying database logically in use in bytes.",
         "gauge",
@@ -222,6 +272,116 @@ pub fn render(server: &EtcdServer) -> String {
         "gauge",
         server.kv().compact_rev() as f64,
     );
+    e.single(
+        "etcd_debugging_mvcc_keys_total",
+        "Total number of keys.",
+        "gauge",
+        server.kv().live_keys() as f64,
+    );
+    let (synced, pending) = server.kv().watch_hub().counts();
+    let watchers = m.watchers.get().max(0);
+    for (name, help, typ, v) in [
+        (
+            "etcd_debugging_mvcc_watch_stream_total",
+            "Total number of watch streams.",
+            "gauge",
+            m.watch_streams.get().max(0) as f64,
+        ),
+        (
+            "etcd_debugging_mvcc_watcher_total",
+            "Total number of watchers.",
+            "gauge",
+            watchers as f64,
+        ),
+        (
+            "etcd_debugging_mvcc_slow_watcher_total",
+            "Total number of unsynced slow watchers.",
+            "gauge",
+            // Synced watchers wait in the hub; the others catch up from history.
+            (watchers - synced as i64).max(0) as f64,
+        ),
+        (
+            "etcd_debugging_mvcc_events_total",
+            "Total number of events sent by this member.",
+            "counter",
+            m.watch_events.get() as f64,
+        ),
+        (
+            "etcd_debugging_mvcc_pending_events_total",
+            "Total number of pending events to be sent.",
+            "gauge",
+            pending as f64,
+        ),
+        (
+            "etcd_debugging_lease_granted_total",
+            "The total number of granted leases.",
+            "counter",
+            m.lease_granted.get() as f64,
+        ),
+        (
+            "etcd_debugging_lease_renewed_total",
+            "The number of renewed leases seen by the leader.",
+            "counter",
+            m.lease_renewed.get() as f64,
+        ),
+        (
+            "etcd_debugging_lease_revoked_total",
+            "The total number of revoked leases.",
+            "counter",
+            m.lease_revoked.get() as f64,
+        ),
+        (
+            "etcd_debugging_server_lease_expired_total",
+            "The total number of expired leases.",
+            "counter",
+            m.lease_expired.get() as f64,
+        ),
+        (
+            "etcd_disk_defrag_inflight",
+            "Whether or not defrag is active on the member. 1 means active, 0 means not.",
+            "gauge",
+            m.defrag_inflight.get().max(0) as f64,
+        ),
+        (
+            "etcd_network_client_grpc_received_bytes_total",
+            "The total number of bytes received from grpc clients.",
+            "counter",
+            m.grpc_received_bytes.get() as f64,
+        ),
+        (
+            "etcd_network_client_grpc_sent_bytes_total",
+            "The total number of bytes sent to grpc clients.",
+            "counter",
+            m.grpc_sent_bytes.get() as f64,
+        ),
+    ] {
+        e.single(name, help, typ, v);
+    }
+    e.histogram(
+        "etcd_debugging_lease_ttl_total",
+        "Bucketed histogram of lease TTLs.",
+        &m.lease_ttl,
+    );
+    e.histogram(
+        "etcd_mvcc_hash_duration_seconds",
+        "The latency distribution of storage hash operation.",
+        &m.hash,
+    );
+    e.histogram(
+        "etcd_mvcc_hash_rev_duration_seconds",
+        "The latency distribution of storage hash by revision operation.",
+        &m.hash_rev,
+    );
+    e.histogram(
+        "etcd_disk_backend_defrag_duration_seconds",
+        "The latency distribution of backend defragmentation.",
+        &m.defrag,
+    );
+    e.histogram(
+        "etcd_disk_backend_snapshot_duration_seconds",
+        "The latency distribution of backend snapshots.",
+        &m.snapshot,
+    );
     e.histogram(
         "etcd_disk_wal_fsync_duration_seconds",
         "The latency distributions of fsync called by WAL.",
@@ -246,6 +406,16 @@ pub fn render(server: &EtcdServer) -> String {
         &mut e,
         "grpc_server_started_total",
         "Total number of RPCs started on the server.",
+    );
+    m.grpc_msg_received.write(
+        &mut e,
+        "grpc_server_msg_received_total",
+        "Total number of RPC stream messages received on the server.",
+    );
+    m.grpc_msg_sent.write(
+        &mut e,
+        "grpc_server_msg_sent_total",
+        "Total number of gRPC stream messages sent by the server.",
     );
     process::render(&mut e);
     e.render()

@@ -47,11 +47,19 @@ pub fn render(e: &mut Exposition) {
         }
     }
     if let Ok(dir) = fs::read_dir("/proc/self/fd") {
+        let used = dir.count() as f64;
         e.single(
             "process_open_fds",
             "Number of open file descriptors.",
             "gauge",
-            dir.count() as f64,
+            used,
+        );
+        // etcd's own pair (its runtime monitor), next to the client library's.
+        e.single(
+            "os_fd_used",
+            "The number of used file descriptors.",
+            "gauge",
+            used,
         );
     }
     let limits = fs::read_to_string("/proc/self/limits").unwrap_or_default();
@@ -62,6 +70,7 @@ pub fn render(e: &mut Exposition) {
             "gauge",
             v,
         );
+        e.single("os_fd_limit", "The file descriptor limit.", "gauge", v);
     }
     if let Some(v) = soft_limit(&limits, "Max address space") {
         e.single(

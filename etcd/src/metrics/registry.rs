@@ -25,6 +25,9 @@ impl Counter {
     pub fn inc(&self) {
         self.0.fetch_add(1, Ordering::Relaxed);
     }
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
@@ -40,6 +43,9 @@ impl Gauge {
     }
     pub fn dec(&self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+    pub fn sub(&self, n: i64) {
+        self.0.fetch_sub(n, Ordering::Relaxed);
     }
     pub fn get(&self) -> i64 {
         self.0.load(Ordering::Relaxed)

@@ -46,6 +46,8 @@ struct State {
     compact_rev: i64,
     consistent_index: u64,
     term: u64,
+    /// Keys alive at the current revision (etcd_debugging_mvcc_keys_total).
+    live: i64,
     /// The live keys that carry a lease, as the rebuild at open found them; the lessor takes
     /// them once (`take_leased_keys`), so a restart never reads every value again for them.
     leased: Vec<(Vec<u8>, i64)>,
@@ -301,8 +303,10 @@ fn load_state(backend: &Batch) -> Result<(State, i64)> {
         start = next;
     }
     let current_rev = current_rev.max(finished).max(scheduled);
+    let live = index.count(KeyRange::new(&[0], &[0]), current_rev) as i64;
     Ok((
         State {
+            live,
             index,
             current_rev,
             compact_rev: finished,
@@ -431,6 +435,11 @@ impl KvStore {
 
     pub fn current_rev(&self) -> i64 {
         self.state().current_rev
+    }
+
+    /// Keys alive at the current revision (etcd's keys_total gauge).
+    pub fn live_keys(&self) -> i64 {
+        self.state().live
     }
 
     pub fn compact_rev(&self) -> i64 {
@@ -1002,7 +1011,13 @@ impl<'a> WriteTxn<'a> {
         // Revisions only grow: sequential puts keep the key bucket's pages full, as etcd's.
         self.group()
             .put_seq(buckets::KEY, &rev.to_bytes(), &kv.encode_to_vec());
-        self.store.state_mut().index.put(key, rev);
+        {
+            let mut st = self.store.state_mut();
+            st.index.put(key, rev);
+            if at.is_none() {
+                st.live += 1;
+            }
+        }
         self.sub += 1;
         self.events.push(Event {
             r#type: EventType::Put as i32,
@@ -1054,7 +1069,11 @@ impl<'a> WriteTxn<'a> {
                 &rev.to_tombstone_bytes(),
                 &tomb.encode_to_vec(),
             );
-            self.store.state_mut().index.tombstone(&key, rev);
+            {
+                let mut st = self.store.state_mut();
+                st.index.tombstone(&key, rev);
+                st.live -= 1;
+            }
             self.sub += 1;
             self.events.push(Event {
                 r#type: EventType::Delete as i32,

@@ -57,6 +57,8 @@ pub struct Delivery {
 struct Mail {
     items: VecDeque<Delivery>,
     bytes: usize,
+    /// Events in `items` (they count in `Hub::pending` until taken).
+    events: usize,
     /// Watchers that left the synced set (mailbox full, history not in memory): they must
     /// catch up from this revision.
     unsynced: Vec<(i64, i64)>,
@@ -102,6 +104,9 @@ struct Hub {
     exact: HashMap<Vec<u8>, Vec<WatcherKey>>,
     /// Watchers of a range or prefix.
     ranges: Vec<WatcherKey>,
+    /// Events in mailboxes not yet taken by their streams
+    /// (etcd_debugging_mvcc_pending_events_total).
+    pending: usize,
 }
 
 impl Hub {
@@ -208,6 +213,13 @@ impl WatchHub {
         self.wake.notify_one();
     }
 
+    /// How many watchers are synced (the rest of a stream's watchers catch up from history:
+    /// etcd's slow watchers), and how many events wait in mailboxes.
+    pub fn counts(&self) -> (usize, usize) {
+        let hub = lock(&self.hub);
+        (hub.watchers.len(), hub.pending)
+    }
+
     /// A place for a new watch stream.
     pub fn open_stream(&self) -> StreamHandle {
         StreamHandle {
@@ -222,6 +234,8 @@ impl WatchHub {
     /// Forgets every watcher of a stream that ended.
     pub fn close_stream(&self, stream: &StreamHandle) {
         let mut hub = lock(&self.hub);
+        let dropped = std::mem::take(&mut lock(&stream.mailbox.mail).events);
+        hub.pending -= dropped;
         let mine: Vec<WatcherKey> = hub
             .watchers
             .keys()
@@ -289,10 +303,11 @@ impl WatchHub {
     /// Takes everything in the stream's mailbox, with the revision it covers: a progress
     /// answer may say that revision once these deliveries are sent.
     pub fn take(&self, stream: &StreamHandle) -> Taken {
-        let hub = lock(&self.hub);
+        let mut hub = lock(&self.hub);
         let mut mail = lock(&stream.mailbox.mail);
         let deliveries = std::mem::take(&mut mail.items).into();
         mail.bytes = 0;
+        hub.pending -= std::mem::take(&mut mail.events);
         Taken {
             deliveries,
             unsynced: std::mem::take(&mut mail.unsynced),
@@ -428,6 +443,8 @@ fn dispatch_revision(hub: &mut Hub, rev: i64, events: &[Event], woken: &mut Vec<
                 true
             } else {
                 mail.bytes += size;
+                mail.events += events.len();
+                hub.pending += events.len();
                 mail.items.push_back(Delivery {
                     watch_id: k.1,
                     rev,

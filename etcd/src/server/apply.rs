@@ -17,6 +17,7 @@ use crate::auth::{self, AuthResponse, AuthStore};
 use crate::error::{self, Error};
 use crate::lease::{Lessor, MAX_LEASE_TTL};
 use crate::membership::Member;
+use crate::metrics::METRICS;
 use crate::mvcc::{KeyRange, KvStore};
 use common::backend::buckets;
 
@@ -57,16 +58,16 @@ pub enum Effect {
     Undecodable(u64),
 }
 
-/// Checks, before anything is written, that every op of the branch a txn will take can be
-/// applied: otherwise a failure half-way would leave part of the txn written. Returns the
-/// outcome of the txn's compares, so they are evaluated once.
+/// Checks, before anything is written, that every op of the branches `path` selects can be
+/// applied: otherwise a failure half-way would leave part of the txn written.
 fn precheck_txn(
     w: &mut crate::mvcc::WriteTxn<'_>,
     r: &TxnRequest,
+    path: &kv::TxnPath,
     leases: &dyn LeaseLookup,
-) -> Result<bool, Error> {
-    let ok = kv::txn_compares_hold(w, r)?;
-    let ops: &[RequestOp] = if ok { &r.success } else { &r.failure };
+) -> Result<(), Error> {
+    let ops: &[RequestOp] = if path.ok { &r.success } else { &r.failure };
+    let mut nested = path.nested.iter();
     for op in ops {
         match &op.request {
             Some(request_op::Request::RequestPut(p)) => {
@@ -95,12 +96,13 @@ fn precheck_txn(
                     .map_err(kv::mvcc_error)?;
             }
             Some(request_op::Request::RequestTxn(t)) => {
-                precheck_txn(w, t, leases)?;
+                let p = nested.next().ok_or(error::NOT_CAPABLE)?;
+                precheck_txn(w, t, p, leases)?;
             }
             _ => {}
         }
     }
-    Ok(ok)
+    Ok(())
 }
 
 /// Applies a normal entry. Entries at or below the store's consistent index were applied
@@ -236,8 +238,10 @@ pub fn apply_normal(
     } else if let Some(d) = &req.delete_range {
         kv::delete_range(&mut w, d).map(Applied::DeleteRange)
     } else if let Some(t) = &req.txn {
-        precheck_txn(&mut w, t, leases)
-            .and_then(|ok| kv::txn_branch(&mut w, t, ok, leases).map(Applied::Txn))
+        kv::txn_path(&mut w, t).and_then(|path| {
+            precheck_txn(&mut w, t, &path, leases)?;
+            kv::txn_branch(&mut w, t, &path, leases).map(Applied::Txn)
+        })
     } else if let Some(c) = &req.compaction {
         // Only the compaction point is recorded here; the old revisions are deleted in the
         // background (mvcc::compaction).
@@ -311,11 +315,16 @@ pub fn apply_normal(
         }
         Err(err) => (0, Err(kv::mvcc_error(err))),
     };
+    // etcd counts leases at apply, on every member; the TTL observed is the one granted.
     if let Some((id, ttl)) = granted {
         lessor.grant(id, ttl);
+        METRICS.lease_granted.inc();
+        METRICS.lease_ttl.observe(ttl as f64);
     }
-    if let Some(id) = revoked {
-        lessor.revoke(id);
+    if let Some(id) = revoked
+        && lessor.revoke(id).is_some()
+    {
+        METRICS.lease_revoked.inc();
     }
     let mut result = result;
     if let Ok(Applied::Txn(t)) = &mut result {

@@ -15,10 +15,14 @@ use crate::membership::id_hex;
 /// This member's HashKV at `rev` (0 = now), as the Maintenance service answers it.
 pub async fn local_hash(server: &EtcdServer, rev: i64) -> Result<HashKvResponse, Error> {
     let store = server.kv().clone();
+    let started = std::time::Instant::now();
     let (hash, hashed, compact) = tokio::task::spawn_blocking(move || store.hash_kv(rev))
         .await
         .map_err(|_| error::STOPPED)?
         .map_err(crate::apply::kv::mvcc_error)?;
+    crate::metrics::METRICS
+        .hash_rev
+        .observe(started.elapsed().as_secs_f64());
     Ok(HashKvResponse {
         header: server.header(server.kv().current_rev()),
         hash,

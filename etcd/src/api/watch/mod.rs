@@ -22,6 +22,7 @@ use tokio_stream::{StreamExt, wrappers::ReceiverStream};
 use tonic::{Request, Response, Status, Streaming};
 
 use super::errors;
+use crate::metrics::METRICS;
 use crate::mvcc::watch_hub::{Delivery, StreamHandle, WatchHub, WatchSpec};
 use crate::mvcc::{KeyRange, KvStore, MvccError, PrevKvInterest, prev_kv_missing};
 use crate::server::EtcdServer;
@@ -116,6 +117,7 @@ impl StreamState {
         let Some(w) = self.watchers.get(&id) else {
             return true;
         };
+        METRICS.watch_events.add(events.len() as u64);
         let frame = WatchFrame {
             head: WatchResponse {
                 header: self.header(header_rev),
@@ -198,6 +200,7 @@ impl StreamState {
         } else {
             (c.start_revision, false)
         };
+        METRICS.watchers.inc();
         self.watchers.insert(
             id,
             Watcher {
@@ -225,6 +228,7 @@ impl StreamState {
         if self.watchers.remove(&id).is_none() {
             return true;
         }
+        METRICS.watchers.dec();
         self.hub.remove(&self.handle, id);
         self.send(
             WatchResponse {
@@ -337,7 +341,9 @@ impl StreamState {
             let (events, through) = match read_history(&store, &spec, from, current).await {
                 Ok(r) => r,
                 Err(MvccError::Compacted) => {
-                    self.watchers.remove(&id);
+                    if self.watchers.remove(&id).is_some() {
+                        METRICS.watchers.dec();
+                    }
                     let resp = WatchResponse {
                         header: self.header(0),
                         watch_id: id,
@@ -542,6 +548,7 @@ async fn run_stream(
     let hub = store.watch_hub().clone();
     let handle = hub.open_stream();
     let mailbox = handle.mailbox.clone();
+    METRICS.watch_streams.inc();
     let mut st = StreamState {
         server,
         store,
@@ -593,6 +600,8 @@ async fn run_stream(
         }
     }
     hub.close_stream(&st.handle);
+    METRICS.watch_streams.dec();
+    METRICS.watchers.sub(st.watchers.len() as i64);
 }
 
 #[tonic::async_trait]

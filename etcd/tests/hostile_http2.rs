@@ -150,3 +150,57 @@ fn continuation_floods_and_oversized_frames_stay_bounded() {
     let huge = vec![0x82; (1 << 24) - 1];
     check(&mut c, "oversized HEADERS", &[], &frame(0x1, 0, 1, &huge));
 }
+
+/// A connection that sends nothing, and one that never finishes its request's headers (the
+/// slowloris pattern), are closed by the server within its 30 s start timeout instead of
+/// being held forever (etcd 3.4.23 holds both); a client that talks at once is served.
+#[test]
+fn silent_and_half_sent_connections_are_closed() {
+    use std::io::Read;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let c = Cluster::start(OURS, dir.path(), 1, false, &[]);
+    let addr = c.nodes[0]
+        .client_url
+        .trim_start_matches("http://")
+        .to_string();
+    let probes: Vec<_> = [&b""[..], b"GET /health HTTP/1.1\r\nHost: x\r\n"]
+        .into_iter()
+        .map(|sent| {
+            let addr = addr.clone();
+            std::thread::spawn(move || {
+                let mut s = TcpStream::connect(&addr).expect("connect");
+                s.write_all(sent).expect("send");
+                s.set_read_timeout(Some(Duration::from_secs(60)))
+                    .expect("read timeout");
+                // A close reads as end of stream (or a reset); a timeout means still open.
+                let mut got = Vec::new();
+                match s.read_to_end(&mut got) {
+                    Ok(_) => Ok(got),
+                    Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => Ok(got),
+                    Err(e) => Err(format!(
+                        "{:?} still open after 60 s: {e}",
+                        String::from_utf8_lossy(sent)
+                    )),
+                }
+            })
+        })
+        .collect();
+    // Meanwhile the server answers a client that sends its request at once.
+    let mut s = TcpStream::connect(&addr).expect("connect");
+    s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .expect("send");
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).expect("read the answer");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let mut got = probes
+        .into_iter()
+        .map(|p| p.join().expect("probe").unwrap_or_else(|e| panic!("{e}")));
+    let silent = got.next().expect("silent probe");
+    assert!(silent.is_empty(), "silent connection got {silent:?}");
+    // A half-sent request is closed, with at most a 408 before the close.
+    let half = String::from_utf8_lossy(&got.next().expect("half-sent probe")).to_string();
+    assert!(
+        half.is_empty() || half.starts_with("HTTP/1.1 408"),
+        "half-sent request got {half:?}"
+    );
+}

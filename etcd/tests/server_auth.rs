@@ -623,3 +623,45 @@ fn bad_auth_token_flags_stop_the_start() {
         assert!(!data.exists(), "{spec}: the data dir was created");
     }
 }
+
+/// Whether a user who may read only "k" gets a watch on ["k", end of keyspace) — range_end
+/// "\x00", as clients send it for "every key from here on". The answer must be a denial:
+/// the permission is checked on the range as received, which reaches past "k".
+fn watch_to_the_end(bin: &str) -> (bool, bool, String) {
+    use proto::etcdserverpb::{
+        WatchCreateRequest, WatchRequest, watch_client::WatchClient, watch_request::RequestUnion,
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let e = RealEtcd::start_bin(bin, &dir.path().join("d"), "default", &[]);
+    setup_users(&e);
+    let url = e.client_url.clone();
+    rt().block_on(async {
+        let t = token(&url, "alice", "apw").await;
+        let mut w = WatchClient::connect(url.clone()).await.expect("connect");
+        let req = WatchRequest {
+            request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
+                key: b"k".to_vec(),
+                range_end: vec![0],
+                ..Default::default()
+            })),
+        };
+        let mut resp = w
+            .watch(with_token(tokio_stream::iter(vec![req]), &t))
+            .await
+            .expect("watch stream")
+            .into_inner();
+        let first = resp.message().await.expect("answer").expect("an answer");
+        (first.created, first.canceled, first.cancel_reason)
+    })
+}
+
+#[test]
+fn a_watch_to_the_end_of_the_keyspace_needs_read_on_all_of_it() {
+    let ours = watch_to_the_end(OURS);
+    assert!(
+        ours.1 && ours.2.contains("permission denied"),
+        "a user who may read only \"k\" watched [\"k\", \\x00): {ours:?}"
+    );
+    // etcd 3.4.23 predates the 2026 fix; its answer is printed for the record only.
+    eprintln!("etcd 3.4: {:?}; ours: {ours:?}", watch_to_the_end("etcd"));
+}

@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod descriptors;
 pub mod election;
 pub mod errors;
+mod first_bytes;
 pub mod kv;
 pub mod lease;
 pub mod lock;

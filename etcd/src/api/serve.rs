@@ -19,6 +19,7 @@ use tonic::codegen::Service;
 use super::authority::AuthorityFix;
 use super::cluster::ClusterService;
 use super::election::ElectionService;
+use super::first_bytes::{CLIENT_START_TIMEOUT, FirstBytes, silent_for};
 use super::kv::KvService;
 use super::lease::LeaseService;
 use super::lock::LockService;
@@ -121,6 +122,11 @@ pub async fn serve_metrics(
 fn connection_builder(ctx: &Ctx) -> auto::Builder<TokioExecutor> {
     let cfg = ctx.server.cfg();
     let mut b = auto::Builder::new(TokioExecutor::new());
+    // A request's headers must arrive within the start timeout (hyper's own timer does it
+    // for HTTP/1.1; it needs a timer to run).
+    b.http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(CLIENT_START_TIMEOUT);
     b.http2()
         .timer(TokioTimer::new())
         .keep_alive_interval(Some(cfg.grpc_keepalive_interval).filter(|d| !d.is_zero()))
@@ -206,11 +212,20 @@ async fn serve_conn<IO>(
             crate::http::handle(ctx, req).await
         }
     });
+    let (io, seen) = FirstBytes::new(io);
     let conn = builder
         .serve_connection_with_upgrades(TokioIo::new(AuthorityFix::new(io)), svc)
         .into_owned();
-    if let Err(e) = watcher.watch(conn).await {
-        tracing::debug!(error = %e, "client connection ended with an error");
+    tokio::select! {
+        r = watcher.watch(conn) => {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "client connection ended with an error");
+            }
+        }
+        // Dropping the connection closes it.
+        _ = silent_for(seen, CLIENT_START_TIMEOUT) => {
+            tracing::debug!("closed a client connection that sent nothing");
+        }
     }
 }
 

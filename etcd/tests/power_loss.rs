@@ -21,6 +21,10 @@ use cluster_support::{Node, Writer, members};
 use power_loss_fs::PowerFs;
 
 const OURS: &str = env!("CARGO_BIN_EXE_etcd");
+/// Power cuts per test: enough to land at many points of the WAL/db cycle, few enough for the
+/// whole file to take well under a minute.
+const ROUNDS: usize = 10;
+const CLUSTER_ROUNDS: usize = 5;
 
 struct Rng(u64);
 
@@ -125,25 +129,41 @@ fn assert_none_missing(nodes: &[Node], prefix: &str, acked: &[String], round: us
 fn a_power_cut_loses_no_acknowledged_write() {
     let mut rng = seeded("one member");
     let dir = tempfile::tempdir().expect("temp dir");
-    let (mut fs, mut nodes) = setup(dir.path(), 1, &[]);
+    // Snapshots every 1000 entries: .snap files are made and purged, and the WAL gets
+    // snapshot markers, between the cuts.
+    let (mut fs, mut nodes) = setup(dir.path(), 1, &["--snapshot-count=1000"]);
     start_all(&mut nodes);
     let mut acked = Vec::new();
-    for round in 0..8 {
-        let ms = rng.between(50, 1200);
+    for round in 0..ROUNDS {
+        let ms = rng.between(100, 1200);
         let got = write_then_kill(&mut nodes, &format!("p{round}-"), 4, ms);
         let undone = fs.unsynced_changes();
+        let names = fs.unsynced_names();
         fs.power_cut();
         eprintln!(
-            "round {round}: cut {ms} ms into the writes, {} acknowledged, {undone} unsynced changes undone",
-            got.len()
+            "round {round}: cut {ms} ms into the writes, {} acknowledged, {undone} unsynced changes \
+             and {} names undone {names:?}",
+            got.len(),
+            names.len()
         );
         acked.extend(got);
         start_all(&mut nodes);
         assert_none_missing(&nodes, "p", &acked, round);
     }
+    let snaps = std::fs::read_dir(dir.path().join("disk/m1/member/snap"))
+        .expect("read the snap dir")
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".snap"))
+        })
+        .count();
+    assert!(
+        snaps > 0,
+        "no snapshot was made: the snap path went untested"
+    );
     let s = fs.stats();
     eprintln!(
-        "{} writes acknowledged across 8 power cuts; the filesystem saw {} writes, {} fsyncs, {} directory fsyncs",
+        "{} writes acknowledged across {ROUNDS} power cuts, {snaps} .snap files kept; the filesystem saw {} writes, {} fsyncs, {} directory fsyncs",
         acked.len(),
         s.writes,
         s.fsyncs,
@@ -159,14 +179,17 @@ fn a_power_cut_of_the_whole_cluster_loses_no_acknowledged_write() {
     let (mut fs, mut nodes) = setup(dir.path(), 3, &[]);
     start_all(&mut nodes);
     let mut acked = Vec::new();
-    for round in 0..3 {
-        let ms = rng.between(50, 1200);
+    for round in 0..CLUSTER_ROUNDS {
+        let ms = rng.between(100, 1200);
         let got = write_then_kill(&mut nodes, &format!("c{round}-"), 6, ms);
         let undone = fs.unsynced_changes();
+        let names = fs.unsynced_names();
         fs.power_cut();
         eprintln!(
-            "round {round}: cut {ms} ms into the writes, {} acknowledged, {undone} unsynced changes undone",
-            got.len()
+            "round {round}: cut {ms} ms into the writes, {} acknowledged, {undone} unsynced changes \
+             and {} names undone {names:?}",
+            got.len(),
+            names.len()
         );
         acked.extend(got);
         start_all(&mut nodes);
@@ -181,7 +204,7 @@ fn a_power_cut_of_the_whole_cluster_loses_no_acknowledged_write() {
         assert_none_missing(&nodes, "c", &acked, round);
     }
     eprintln!(
-        "{} writes acknowledged across 3 cluster-wide power cuts",
+        "{} writes acknowledged across {CLUSTER_ROUNDS} cluster-wide power cuts",
         acked.len()
     );
 }
@@ -226,4 +249,67 @@ fn without_fsync_a_power_cut_loses_acknowledged_writes() {
         assert_none_missing(&nodes, "base-", &base, round);
         nodes[0].kill9();
     }
+}
+
+/// The filesystem alone: what a cut keeps and forgets, file by file.
+#[test]
+fn the_filesystem_forgets_exactly_what_was_not_synced() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut fs = PowerFs::mount(&dir.path().join("disk"), &dir.path().join("mnt"));
+    let m = fs.mountpoint().to_path_buf();
+    let sync_dir = |p: &Path| {
+        std::fs::File::open(p)
+            .and_then(|d| d.sync_all())
+            .expect("fsync dir")
+    };
+    std::fs::create_dir(m.join("d")).expect("mkdir");
+    sync_dir(&m);
+    // Synced data and names survive; what came after does not.
+    let mut f = std::fs::File::create(m.join("d/kept")).expect("create");
+    f.write_all(b"synced").expect("write");
+    f.sync_data().expect("fdatasync");
+    sync_dir(&m.join("d"));
+    f.write_all(b" and not").expect("write");
+    std::os::unix::fs::FileExt::write_all_at(&f, b"S", 0).expect("overwrite");
+    f.set_len(100).expect("grow");
+    drop(f);
+    let mut g = std::fs::File::create(m.join("d/gone")).expect("create");
+    g.write_all(b"x").expect("write");
+    g.sync_all().expect("fsync");
+    drop(g);
+    sync_dir(&m.join("d"));
+    // Its own fsync does not make a new name durable.
+    std::fs::write(m.join("d/new"), b"never named durably").expect("create");
+    std::fs::File::open(m.join("d/new"))
+        .and_then(|f| f.sync_all())
+        .expect("fsync");
+    std::fs::remove_file(m.join("d/gone")).expect("unlink");
+    std::fs::rename(m.join("d/kept"), m.join("d/moved")).expect("rename");
+    // A truncation that is synced is kept.
+    std::fs::write(m.join("short"), b"0123456789").expect("create");
+    sync_dir(&m);
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(m.join("short"))
+        .expect("open");
+    f.set_len(4).expect("truncate");
+    f.sync_all().expect("fsync");
+    drop(f);
+
+    fs.power_cut();
+    assert_eq!(std::fs::read(m.join("d/kept")).expect("kept"), b"synced");
+    assert!(!m.join("d/moved").exists(), "an unsynced rename was kept");
+    assert!(
+        !m.join("d/new").exists(),
+        "a name never synced in its dir was kept"
+    );
+    assert_eq!(
+        std::fs::read(m.join("d/gone")).expect("gone comes back"),
+        b"x"
+    );
+    assert_eq!(std::fs::read(m.join("short")).expect("short"), b"0123");
+    // And it goes on working after the cut.
+    std::fs::write(m.join("after"), b"ok").expect("write after the cut");
+    assert_eq!(std::fs::read(m.join("after")).expect("read"), b"ok");
 }

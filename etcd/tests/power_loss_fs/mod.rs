@@ -10,15 +10,21 @@
 // disk: none of the unsynced writes survive (a real one may keep any of them, in any order;
 // that is not modelled).
 //
-// Not modelled: namespace operations (create, mkdir, unlink, rmdir, rename) are durable as soon
-// as they return, as if every directory were fsynced after each of them; directory fsyncs are
-// passed through but undo nothing. Hard links, symlinks, xattrs and fcntl/flock locks are not
+// Names: create, mkdir, unlink, rmdir and rename are durable only once every directory they
+// change has been fsynced after them (POSIX's rule; a file's own fsync does not make its name
+// durable). Until then the power cut undoes them, newest first: a file or directory made since
+// disappears with all it holds, a removed one comes back (removals wait in a trash directory
+// beside the backing one), a rename goes back and brings back what it replaced. Journaling
+// filesystems usually keep more (ext4 commits names in order), so this is stricter than most.
+//
+// Not modelled: writes that survive out of order, torn sectors, lost fsync errors. Hard links,
+// symlinks, xattrs and fcntl/flock locks are not
 // served through FUSE (the kernel keeps flock locks itself). fallocate answers EOPNOTSUPP, so
 // callers take their set_len fallback (common::fileutil::preallocate, the db's grow_file).
 #![allow(dead_code)]
 
 use std::collections::HashMap;
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -73,6 +79,12 @@ struct State {
     handles: HashMap<u64, Handle>,
     next_fh: u64,
     undo: HashMap<u64, UndoLog>,
+    /// Namespace changes not yet durable, oldest first.
+    pending: Vec<Pending>,
+    /// Removed files and directories wait here (outside the mount), in case a power cut
+    /// brings their names back.
+    trash: PathBuf,
+    next_trash: u64,
     /// After a power cut every request fails: the disk is gone until the next mount.
     dead: bool,
     /// Counters for the report.
@@ -88,6 +100,38 @@ pub struct Stats {
     /// At the last power cut: files rolled back and bytes of changes undone.
     pub files_rolled_back: u64,
     pub changes_undone: u64,
+    /// At the last power cut: namespace changes undone.
+    pub names_undone: u64,
+}
+
+/// A namespace change, with what undoing it needs. Inodes, not paths: a later change that did
+/// become durable (a rename of the parent) may have moved things.
+enum NsOp {
+    /// A file or directory made at `ino` (undone with all it holds).
+    Create { ino: u64 },
+    /// `parent`/`name` (inode `ino`) unlinked or rmdir'ed; it waits at `trash`.
+    Remove {
+        ino: u64,
+        parent: u64,
+        name: OsString,
+        trash: PathBuf,
+    },
+    /// `ino` moved away from `parent`/`name`; the inode its new name replaced waits in the
+    /// trash.
+    Rename {
+        ino: u64,
+        parent: u64,
+        name: OsString,
+        replaced: Option<(u64, PathBuf)>,
+    },
+}
+
+/// A namespace change and the directories that must still be fsynced for it to be durable
+/// (POSIX's rule: fsync of a file does not make its name durable, only fsync of the directory;
+/// a rename between directories needs both).
+struct Pending {
+    op: NsOp,
+    dirs: Vec<u64>,
 }
 
 struct Fs {
@@ -127,13 +171,109 @@ impl State {
         i
     }
 
-    fn forget_path(&mut self, rel: &Path) {
-        if let Some(i) = self.inos.remove(rel) {
-            self.paths.remove(&i);
-            // The name is gone for good (namespace changes are durable here): so is any
-            // rollback of its data.
-            self.undo.remove(&i);
+    /// Moves `rel` (relative to `backing`) into the trash: its inode keeps its number, open
+    /// handles and undo log, so a power cut can bring it back.
+    fn move_to_trash(&mut self, backing: &Path, rel: &Path) -> io::Result<(u64, PathBuf)> {
+        let ino = self.ino_for(rel);
+        let trash = self.trash.join(self.next_trash.to_string());
+        self.next_trash += 1;
+        std::fs::rename(backing.join(rel), &trash)?;
+        self.inos.remove(rel);
+        self.paths.insert(ino, trash.clone());
+        Ok((ino, trash))
+    }
+
+    /// Records the paths of everything at or below `from` as being at `to` now.
+    fn move_paths(&mut self, from: &Path, to: &Path) {
+        let moved: Vec<(u64, PathBuf)> = self
+            .paths
+            .iter()
+            .filter_map(|(&i, p)| {
+                let rest = p.strip_prefix(from).ok()?;
+                Some((
+                    i,
+                    if rest.as_os_str().is_empty() {
+                        to.to_path_buf()
+                    } else {
+                        to.join(rest)
+                    },
+                ))
+            })
+            .collect();
+        for (i, p) in moved {
+            if let Some(old) = self.paths.insert(i, p.clone()) {
+                self.inos.remove(&old);
+            }
+            if p.is_relative() {
+                self.inos.insert(p, i);
+            }
         }
+    }
+
+    fn note(&mut self, op: NsOp, mut dirs: Vec<u64>) {
+        dirs.dedup();
+        self.pending.push(Pending { op, dirs });
+    }
+
+    /// Undoes one namespace change on the backing dir.
+    fn undo_ns(&mut self, backing: &Path, op: &NsOp) -> io::Result<()> {
+        let path = |st: &State, ino: u64| {
+            st.paths
+                .get(&ino)
+                .map(|p| backing.join(p))
+                .ok_or_else(|| io::Error::other(format!("inode {ino} has no path")))
+        };
+        let rel_child = |st: &State, parent: u64, name: &OsStr| {
+            st.paths
+                .get(&parent)
+                .map(|p| p.join(name))
+                .ok_or_else(|| io::Error::other(format!("inode {parent} has no path")))
+        };
+        match op {
+            NsOp::Create { ino } => {
+                let p = path(self, *ino)?;
+                if p.is_dir() {
+                    std::fs::remove_dir_all(&p)?;
+                } else {
+                    std::fs::remove_file(&p)?;
+                }
+                if let Some(old) = self.paths.remove(ino) {
+                    self.inos.remove(&old);
+                }
+            }
+            NsOp::Remove {
+                ino,
+                parent,
+                name,
+                trash,
+            } => {
+                let dest = rel_child(self, *parent, name)?;
+                std::fs::rename(trash, backing.join(&dest))?;
+                self.paths.insert(*ino, dest.clone());
+                self.inos.insert(dest, *ino);
+            }
+            NsOp::Rename {
+                ino,
+                parent,
+                name,
+                replaced,
+            } => {
+                let cur = self
+                    .paths
+                    .get(ino)
+                    .cloned()
+                    .ok_or_else(|| io::Error::other(format!("inode {ino} has no path")))?;
+                let dest = rel_child(self, *parent, name)?;
+                std::fs::rename(backing.join(&cur), backing.join(&dest))?;
+                self.move_paths(&cur, &dest);
+                if let Some((rino, trash)) = replaced {
+                    std::fs::rename(trash, backing.join(&cur))?;
+                    self.paths.insert(*rino, cur.clone());
+                    self.inos.insert(cur, *rino);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Notes that `f` (inode `ino`) is about to change, so that a power cut can undo it.
@@ -260,10 +400,32 @@ impl Fs {
         Ok(self.attr(ino, &md))
     }
 
+    /// unlink or rmdir: the name goes, the inode waits in the trash.
+    fn remove(
+        &self,
+        st: &mut State,
+        parent: INodeNo,
+        name: &OsStr,
+        rel: &Path,
+    ) -> Result<(), Errno> {
+        let (ino, trash) = st.move_to_trash(&self.backing, rel).map_err(errno)?;
+        st.note(
+            NsOp::Remove {
+                ino,
+                parent: parent.0,
+                name: name.to_os_string(),
+                trash,
+            },
+            vec![parent.0],
+        );
+        Ok(())
+    }
+
     fn open_handle(&self, st: &mut State, ino: u64, rel: &Path, flags: i32) -> Result<u64, Errno> {
         let acc = flags & libc::O_ACCMODE;
         let mut oo = OpenOptions::new();
-        oo.read(acc == libc::O_RDONLY || acc == libc::O_RDWR)
+        // Always readable: a write first reads the bytes it overwrites, for the undo log.
+        oo.read(true)
             .write(acc == libc::O_WRONLY || acc == libc::O_RDWR);
         // The kernel gives every write its offset; O_APPEND here would move them.
         oo.custom_flags(flags & (libc::O_NOATIME | libc::O_NOFOLLOW));
@@ -341,7 +503,11 @@ impl Filesystem for Fs {
             if let Some(size) = size {
                 let f = match fh.and_then(|h| st.handles.get(&h.0)) {
                     Some(h) => h.file.try_clone().map_err(errno)?,
-                    None => OpenOptions::new().write(true).open(&real).map_err(errno)?,
+                    None => OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .open(&real)
+                        .map_err(errno)?,
                 };
                 st.log_set_len(ino.0, &f, size).map_err(errno)?;
                 f.set_len(size).map_err(errno)?;
@@ -386,7 +552,9 @@ impl Filesystem for Fs {
             std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), mode & !umask)
                 .create(self.real(&rel))
                 .map_err(errno)?;
-            self.entry_of(&mut st, &rel)
+            let a = self.entry_of(&mut st, &rel)?;
+            st.note(NsOp::Create { ino: a.ino.0 }, vec![parent.0]);
+            Ok(a)
         });
         match res {
             Ok(a) => reply.entry(&TTL, &a, Generation(0)),
@@ -397,9 +565,13 @@ impl Filesystem for Fs {
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let mut st = self.lock();
         let res = self.child(&st, parent, name).and_then(|rel| {
-            std::fs::remove_file(self.real(&rel)).map_err(errno)?;
-            st.forget_path(&rel);
-            Ok(())
+            if std::fs::symlink_metadata(self.real(&rel))
+                .map_err(errno)?
+                .is_dir()
+            {
+                return Err(Errno::from_i32(libc::EISDIR));
+            }
+            self.remove(&mut st, parent, name, &rel)
         });
         match res {
             Ok(()) => reply.ok(),
@@ -410,9 +582,14 @@ impl Filesystem for Fs {
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let mut st = self.lock();
         let res = self.child(&st, parent, name).and_then(|rel| {
-            std::fs::remove_dir(self.real(&rel)).map_err(errno)?;
-            st.forget_path(&rel);
-            Ok(())
+            let real = self.real(&rel);
+            if !std::fs::symlink_metadata(&real).map_err(errno)?.is_dir() {
+                return Err(Errno::from_i32(libc::ENOTDIR));
+            }
+            if std::fs::read_dir(&real).map_err(errno)?.next().is_some() {
+                return Err(Errno::from_i32(libc::ENOTEMPTY));
+            }
+            self.remove(&mut st, parent, name, &rel)
         });
         match res {
             Ok(()) => reply.ok(),
@@ -437,31 +614,30 @@ impl Filesystem for Fs {
             }
             let from = self.child(&st, parent, name)?;
             let to = self.child(&st, newparent, newname)?;
-            std::fs::rename(self.real(&from), self.real(&to)).map_err(errno)?;
-            // Whatever `to` named is gone; `from` and everything below it move.
-            st.forget_path(&to);
-            let moved: Vec<(u64, PathBuf)> = st
-                .paths
-                .iter()
-                .filter_map(|(&i, p)| {
-                    p.strip_prefix(&from).ok().map(|rest| {
-                        (
-                            i,
-                            if rest.as_os_str().is_empty() {
-                                to.clone()
-                            } else {
-                                to.join(rest)
-                            },
-                        )
-                    })
-                })
-                .collect();
-            for (i, p) in moved {
-                if let Some(old) = st.paths.insert(i, p.clone()) {
-                    st.inos.remove(&old);
+            let ino = st.ino_for(&from);
+            // A name it replaces goes to the trash first, to come back if the rename is undone.
+            let replaced = match std::fs::symlink_metadata(self.real(&to)) {
+                Ok(_) => Some(st.move_to_trash(&self.backing, &to).map_err(errno)?),
+                Err(_) => None,
+            };
+            if let Err(e) = std::fs::rename(self.real(&from), self.real(&to)) {
+                if let Some((rino, trash)) = &replaced {
+                    let _ = std::fs::rename(trash, self.real(&to));
+                    st.paths.insert(*rino, to.clone());
+                    st.inos.insert(to.clone(), *rino);
                 }
-                st.inos.insert(p, i);
+                return Err(errno(e));
             }
+            st.move_paths(&from, &to);
+            st.note(
+                NsOp::Rename {
+                    ino,
+                    parent: parent.0,
+                    name: name.to_os_string(),
+                    replaced,
+                },
+                vec![parent.0, newparent.0],
+            );
             Ok(())
         })();
         match res {
@@ -501,8 +677,12 @@ impl Filesystem for Fs {
             if flags & libc::O_EXCL != 0 {
                 oo.create_new(true);
             }
+            let existed = real.exists();
             drop(oo.open(&real).map_err(errno)?);
             let attr = self.entry_of(&mut st, &rel)?;
+            if !existed {
+                st.note(NsOp::Create { ino: attr.ino.0 }, vec![parent.0]);
+            }
             let fh = self.open_handle(&mut st, attr.ino.0, &rel, flags)?;
             Ok((attr, fh))
         })();
@@ -715,6 +895,12 @@ impl Filesystem for Fs {
         match res {
             Ok(()) => {
                 st.stats.dir_fsyncs += 1;
+                // Every change in this directory so far is durable here (and fully durable once
+                // the other directory of a rename is synced too).
+                for p in &mut st.pending {
+                    p.dirs.retain(|&d| d != ino.0);
+                }
+                st.pending.retain(|p| !p.dirs.is_empty());
                 reply.ok()
             }
             Err(e) => reply.error(e),
@@ -789,6 +975,7 @@ impl PowerFs {
             "the power-loss tests mount a FUSE filesystem with mount(2): run them as root"
         );
         std::fs::create_dir_all(backing).expect("create the backing dir");
+        std::fs::create_dir_all(backing.with_extension("trash")).expect("create the trash dir");
         std::fs::create_dir_all(mountpoint).expect("create the mount point");
         let mut fs = PowerFs {
             backing: backing.to_path_buf(),
@@ -808,7 +995,12 @@ impl PowerFs {
         };
         st.paths.insert(INodeNo::ROOT.0, PathBuf::new());
         st.inos.insert(PathBuf::new(), INodeNo::ROOT.0);
-        st.stats = self.lock().stats;
+        {
+            let old = self.lock();
+            st.stats = old.stats;
+            st.next_trash = old.next_trash;
+        }
+        st.trash = self.backing.with_extension("trash");
         *self.lock() = st;
         let mut cfg = Config::default();
         cfg.mount_options = vec![MountOption::FSName("powerloss".into()), MountOption::RW];
@@ -850,6 +1042,39 @@ impl PowerFs {
         self.lock().undo.values().map(|l| l.changes.len()).sum()
     }
 
+    /// The namespace changes a power cut would undo now, described.
+    pub fn unsynced_names(&self) -> Vec<String> {
+        let st = self.lock();
+        let name = |ino: &u64| {
+            st.paths
+                .get(ino)
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|| format!("inode {ino}"))
+        };
+        st.pending
+            .iter()
+            .map(|p| match &p.op {
+                NsOp::Create { ino } => format!("create {}", name(ino)),
+                NsOp::Remove {
+                    parent, name: n, ..
+                } => {
+                    format!("remove {}/{}", name(parent), n.to_string_lossy())
+                }
+                NsOp::Rename {
+                    ino,
+                    parent,
+                    name: n,
+                    ..
+                } => format!(
+                    "rename {}/{} -> {}",
+                    name(parent),
+                    n.to_string_lossy(),
+                    name(ino)
+                ),
+            })
+            .collect()
+    }
+
     /// The power goes off: every file goes back to its contents at its last sync, and the
     /// filesystem is mounted again with nothing cached. Stop the processes using it first
     /// (kill -9 is the point): after the cut they would only get EIO.
@@ -872,6 +1097,14 @@ impl PowerFs {
                     .open(&real)
                     .unwrap_or_else(|e| panic!("open {} to roll it back: {e}", real.display()));
                 roll_back(&f, &log).unwrap_or_else(|e| panic!("roll back {}: {e}", real.display()));
+            }
+            // Then the names, newest first: each change not made durable by a directory fsync
+            // is undone.
+            let pending = std::mem::take(&mut st.pending);
+            st.stats.names_undone = pending.len() as u64;
+            for p in pending.iter().rev() {
+                st.undo_ns(&self.backing, &p.op)
+                    .unwrap_or_else(|e| panic!("undo a namespace change on a power cut: {e}"));
             }
         }
         self.unmount();

@@ -137,13 +137,19 @@ fn a_power_cut_loses_no_acknowledged_write() {
     for round in 0..ROUNDS {
         let ms = rng.between(100, 1200);
         let got = write_then_kill(&mut nodes, &format!("p{round}-"), 4, ms);
-        let undone = fs.unsynced_changes();
+        let unsynced = fs.unsynced_changes();
         let names = fs.unsynced_names();
-        fs.power_cut();
+        // Every other cut lets a random half of the unsynced writes reach the disk.
+        if round % 2 == 1 {
+            fs.power_cut_keeping_some(rng.next());
+        } else {
+            fs.power_cut();
+        }
         eprintln!(
-            "round {round}: cut {ms} ms into the writes, {} acknowledged, {undone} unsynced changes \
-             and {} names undone {names:?}",
+            "round {round}: cut {ms} ms into the writes, {} acknowledged, {unsynced} unsynced \
+             changes of which {} kept, {} names undone {names:?}",
             got.len(),
+            fs.stats().changes_kept,
             names.len()
         );
         acked.extend(got);
@@ -182,13 +188,19 @@ fn a_power_cut_of_the_whole_cluster_loses_no_acknowledged_write() {
     for round in 0..CLUSTER_ROUNDS {
         let ms = rng.between(100, 1200);
         let got = write_then_kill(&mut nodes, &format!("c{round}-"), 6, ms);
-        let undone = fs.unsynced_changes();
+        let unsynced = fs.unsynced_changes();
         let names = fs.unsynced_names();
-        fs.power_cut();
+        // Every other cut lets a random half of the unsynced writes reach the disk.
+        if round % 2 == 1 {
+            fs.power_cut_keeping_some(rng.next());
+        } else {
+            fs.power_cut();
+        }
         eprintln!(
-            "round {round}: cut {ms} ms into the writes, {} acknowledged, {undone} unsynced changes \
-             and {} names undone {names:?}",
+            "round {round}: cut {ms} ms into the writes, {} acknowledged, {unsynced} unsynced \
+             changes of which {} kept, {} names undone {names:?}",
             got.len(),
+            fs.stats().changes_kept,
             names.len()
         );
         acked.extend(got);

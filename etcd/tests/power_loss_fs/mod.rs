@@ -6,9 +6,10 @@
 // file (through any handle) empties the log. `power_cut` answers EIO to everything from then on,
 // plays every log backwards (each file goes back to what it held at its last sync), unmounts
 // and mounts again, so the kernel's page cache, which survives a kill -9, is gone too. A write
-// through a handle opened O_SYNC/O_DSYNC is synced at once. This is the worst case of a real
-// disk: none of the unsynced writes survive (a real one may keep any of them, in any order;
-// that is not modelled).
+// through a handle opened O_SYNC/O_DSYNC is synced at once. `power_cut` is the worst case of
+// a real disk, none of the unsynced writes survive; `power_cut_keeping_some` lets a seeded
+// random subset of them survive (each whole, applied in order over the synced contents), as a
+// disk that wrote back part of its cache in any order.
 //
 // Names: create, mkdir, unlink, rmdir and rename are durable only once every directory they
 // change has been fsynced after them (POSIX's rule; a file's own fsync does not make its name
@@ -17,10 +18,10 @@
 // beside the backing one), a rename goes back and brings back what it replaced. Journaling
 // filesystems usually keep more (ext4 commits names in order), so this is stricter than most.
 //
-// Not modelled: writes that survive out of order, torn sectors, lost fsync errors. Hard links,
-// symlinks, xattrs and fcntl/flock locks are not
-// served through FUSE (the kernel keeps flock locks itself). fallocate answers EOPNOTSUPP, so
-// callers take their set_len fallback (common::fileutil::preallocate, the db's grow_file).
+// Not modelled: torn writes (a write survives whole or not at all), names that partly survive,
+// fsync errors. Hard links, symlinks, xattrs and fcntl/flock locks are not served through FUSE
+// (the kernel keeps flock locks itself). fallocate answers EOPNOTSUPP, so callers take their
+// set_len fallback (common::fileutil::preallocate, the db's grow_file).
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -48,8 +49,13 @@ const CHUNK: usize = 64 * 1024;
 
 /// One change to a file's data since its last sync, with what it destroyed.
 enum Change {
-    /// Bytes at `off` overwritten by a write (only those that existed before it).
-    Write { off: u64, old: Vec<u8> },
+    /// Bytes at `off` overwritten by a write (only those that existed before it), and what
+    /// it wrote.
+    Write {
+        off: u64,
+        old: Vec<u8>,
+        new: Vec<u8>,
+    },
     /// The length went from `from` to `to`; a shrink kept the non-zero chunks it cut off.
     SetLen {
         from: u64,
@@ -100,6 +106,8 @@ pub struct Stats {
     /// At the last power cut: files rolled back and bytes of changes undone.
     pub files_rolled_back: u64,
     pub changes_undone: u64,
+    /// At the last power cut: unsynced changes that survived it (`power_cut_keeping_some`).
+    pub changes_kept: u64,
     /// At the last power cut: namespace changes undone.
     pub names_undone: u64,
 }
@@ -296,12 +304,16 @@ impl State {
         Ok(())
     }
 
-    fn log_write(&mut self, ino: u64, f: &File, off: u64, n: usize) -> io::Result<()> {
+    fn log_write(&mut self, ino: u64, f: &File, off: u64, data: &[u8]) -> io::Result<()> {
         self.before_change(ino, f, |len| {
-            let end = (off + n as u64).min(len);
+            let end = (off + data.len() as u64).min(len);
             let mut old = vec![0u8; end.saturating_sub(off) as usize];
             f.read_exact_at(&mut old, off)?;
-            Ok(Change::Write { off, old })
+            Ok(Change::Write {
+                off,
+                old,
+                new: data.to_vec(),
+            })
         })
     }
 
@@ -323,7 +335,7 @@ impl State {
 fn roll_back(f: &File, log: &UndoLog) -> io::Result<()> {
     for c in log.changes.iter().rev() {
         match c {
-            Change::Write { off, old } => f.write_all_at(old, *off)?,
+            Change::Write { off, old, .. } => f.write_all_at(old, *off)?,
             Change::SetLen { from, to, cut } => {
                 if to < from {
                     f.set_len(*to)?;
@@ -336,6 +348,23 @@ fn roll_back(f: &File, log: &UndoLog) -> io::Result<()> {
         }
     }
     f.set_len(log.synced_len)
+}
+
+/// Plays again, in their order, the changes of `log` that `keep` picks, on `f` as it was at
+/// its last sync: the unsynced writes that happened to reach the disk before the power went.
+fn replay_some(f: &File, log: &UndoLog, keep: &mut impl FnMut() -> bool) -> io::Result<u64> {
+    let mut kept = 0;
+    for c in &log.changes {
+        if !keep() {
+            continue;
+        }
+        kept += 1;
+        match c {
+            Change::Write { off, new, .. } => f.write_all_at(new, *off)?,
+            Change::SetLen { to, .. } => f.set_len(*to)?,
+        }
+    }
+    Ok(kept)
 }
 
 impl Fs {
@@ -755,7 +784,7 @@ impl Filesystem for Fs {
                 // file is left to undo.
                 st.undo.remove(&ino);
             } else {
-                st.log_write(ino, &f, offset, data.len())?;
+                st.log_write(ino, &f, offset, data)?;
                 f.write_all_at(data, offset)?;
             }
             Ok(())
@@ -1079,11 +1108,35 @@ impl PowerFs {
     /// filesystem is mounted again with nothing cached. Stop the processes using it first
     /// (kill -9 is the point): after the cut they would only get EIO.
     pub fn power_cut(&mut self) {
+        self.cut(None)
+    }
+
+    /// A power cut after which each unsynced change to a file's data survives or not, by a
+    /// coin of `seed` (kept ones in the order they were made, over the synced contents): a
+    /// disk that wrote some of its cache back, in any order, before it died. Names are still
+    /// all lost as in `power_cut`.
+    pub fn power_cut_keeping_some(&mut self, seed: u64) {
+        self.cut(Some(seed))
+    }
+
+    fn cut(&mut self, seed: Option<u64>) {
+        let mut rng = seed.map(|s| s | 1);
+        let mut keep = move || match rng.as_mut() {
+            Some(r) => {
+                *r ^= *r << 13;
+                *r ^= *r >> 7;
+                *r ^= *r << 17;
+                *r % 2 == 0
+            }
+            None => false,
+        };
         {
             let mut st = self.lock();
             st.dead = true;
             st.handles.clear();
-            let logs: Vec<(u64, UndoLog)> = st.undo.drain().collect();
+            let mut logs: Vec<(u64, UndoLog)> = st.undo.drain().collect();
+            logs.sort_by_key(|(ino, _)| *ino);
+            let mut kept = 0;
             st.stats.files_rolled_back = logs.len() as u64;
             st.stats.changes_undone = logs.iter().map(|(_, l)| l.changes.len() as u64).sum();
             for (ino, log) in logs {
@@ -1093,11 +1146,15 @@ impl PowerFs {
                 };
                 let real = self.backing.join(&rel);
                 let f = OpenOptions::new()
+                    .read(true)
                     .write(true)
                     .open(&real)
                     .unwrap_or_else(|e| panic!("open {} to roll it back: {e}", real.display()));
                 roll_back(&f, &log).unwrap_or_else(|e| panic!("roll back {}: {e}", real.display()));
+                kept += replay_some(&f, &log, &mut keep)
+                    .unwrap_or_else(|e| panic!("replay on {}: {e}", real.display()));
             }
+            st.stats.changes_kept = kept;
             // Then the names, newest first: each change not made durable by a directory fsync
             // is undone.
             let pending = std::mem::take(&mut st.pending);

@@ -51,13 +51,32 @@ pub fn fsync_dir(dir: &Path) -> Result<()> {
 }
 
 /// Creates `dir` and its parents with mode 0700 if missing; an existing dir must be writable.
-/// Like etcd's TouchDirAll: it does not change the mode of a dir that already exists.
+/// Like etcd's TouchDirAll: it does not change the mode of a dir that already exists. Each dir
+/// it creates is made durable in its parent (fsync of the parent): otherwise a power loss may
+/// take back a new data dir, and with it every write acknowledged from it.
 pub fn touch_dir_all(dir: &Path) -> Result<()> {
+    // The dirs to be made, innermost first.
+    let mut missing = Vec::new();
+    let mut p = dir;
+    while !p.as_os_str().is_empty() && fs::symlink_metadata(p).is_err() {
+        missing.push(p);
+        match p.parent() {
+            Some(q) => p = q,
+            None => break,
+        }
+    }
     fs::DirBuilder::new()
         .recursive(true)
         .mode(PRIVATE_DIR_MODE)
         .create(dir)
         .map_err(io_err("create dir", dir))?;
+    for made in missing.iter().rev() {
+        let parent = match made.parent() {
+            Some(q) if !q.as_os_str().is_empty() => q,
+            _ => Path::new("."),
+        };
+        fsync_dir(parent)?;
+    }
     is_dir_writable(dir)
 }
 

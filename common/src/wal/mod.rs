@@ -268,6 +268,10 @@ impl Wal {
             enc.record(RecordType::Metadata, Some(metadata));
         }
         w.save_snapshot(&walpb::Snapshot::default())?;
+        // The first segment's name must be durable in the dir before the dir takes the WAL's
+        // name: else a power loss can leave a WAL dir without a segment, which no start
+        // accepts (the parent's fsync below covers the rename, not what is inside).
+        fileutil::fsync_dir(&tmp)?;
         fs::rename(&tmp, dir).map_err(fileutil::io_err("rename", &tmp))?;
         let new_path = dir.join(wal_name(0, 0));
         if let Some(l) = w.locks.last_mut() {

@@ -230,6 +230,9 @@ pub struct Node {
     /// The URL the others reach it at (through its proxy when the cluster has proxies).
     pub advertise_peer: String,
     pub data_dir: PathBuf,
+    /// Its stderr, beside the data dir unless a test moves it (off a disk that can lose
+    /// power, say).
+    pub log: PathBuf,
     pub child: Option<Child>,
     pub proxy: Option<Proxy>,
     pub extra: Vec<String>,
@@ -256,6 +259,7 @@ impl Node {
             listen_peer: format!("http://127.0.0.1:{peer_port}"),
             advertise_peer: advertise,
             data_dir: dir.join(name),
+            log: dir.join(name).with_extension("log"),
             child: None,
             proxy,
             extra: Vec::new(),
@@ -265,7 +269,7 @@ impl Node {
     }
 
     pub fn log_path(&self) -> PathBuf {
-        self.data_dir.with_extension("log")
+        self.log.clone()
     }
 
     pub fn spawn(&mut self, bin: &str) {

@@ -358,3 +358,40 @@ fn the_filesystem_forgets_exactly_what_was_not_synced() {
         "no cut kept a later write without an earlier one: {seen:?}"
     );
 }
+
+/// --unsafe-no-fsync skips every fsync of a member's files, the db's included (etcd 3.5 hands
+/// it to bbolt as NoSync): writes acknowledged meanwhile make no fsync reach the disk.
+#[test]
+fn unsafe_no_fsync_makes_no_file_fsync() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (fs, mut nodes) = setup(dir.path(), 1, &[]);
+    // The data dir is made with fsync first, then the member runs without.
+    start_all(&mut nodes);
+    nodes[0].kill9();
+    nodes[0].extra = vec!["--unsafe-no-fsync".to_string()];
+    start_all(&mut nodes);
+    let before = fs.stats();
+    let w = Writer::start_many(vec![nodes[0].client_url.clone()], "n-", 4);
+    while w.acked_count() < 300 {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Several backend commits (every 100 ms) land meanwhile.
+    std::thread::sleep(Duration::from_millis(500));
+    let acked = w.finish();
+    std::thread::sleep(Duration::from_millis(300));
+    let after = fs.stats();
+    eprintln!(
+        "{} writes acknowledged; file fsyncs {} -> {}, writes {} -> {}",
+        acked.len(),
+        before.fsyncs,
+        after.fsyncs,
+        before.writes,
+        after.writes
+    );
+    assert!(after.writes > before.writes, "the member wrote nothing");
+    assert_eq!(
+        after.fsyncs, before.fsyncs,
+        "a member with --unsafe-no-fsync fsynced its files"
+    );
+    nodes[0].kill9();
+}

@@ -243,7 +243,7 @@ impl ApplyLoop {
         let _file = backend.hold_file();
         super::bootstrap::install_snapshot_db(&self.snapshotter, md.index, &cfg.backend_path())
             .map_err(|e| e.to_string())?;
-        let db = common::backend::Db::open(cfg.backend_path())
+        let db = super::bootstrap::open_db(cfg, &cfg.backend_path())
             .map_err(|e| format!("cannot open the db received from the leader: {e}"))?;
         self.shared
             .kv

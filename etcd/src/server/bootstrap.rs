@@ -62,10 +62,22 @@ pub struct Booted {
     pub conf_state: proto::raftpb::ConfState,
 }
 
+/// Opens the member's db as the flags say: --unsafe-no-fsync skips the backend's fsyncs too,
+/// as etcd 3.5 passes it to bbolt (NoSync).
+pub fn open_db(cfg: &Config, path: &std::path::Path) -> common::backend::Result<Db> {
+    Db::open_with(
+        path,
+        common::backend::Options {
+            no_sync: cfg.unsafe_no_fsync,
+            ..Default::default()
+        },
+    )
+}
+
 fn open_store(cfg: &Config) -> Result<Arc<KvStore>, BootError> {
     let path = cfg.backend_path();
     let started = std::time::Instant::now();
-    let db = Db::open(&path).map_err(|source| BootError::Backend {
+    let db = open_db(cfg, &path).map_err(|source| BootError::Backend {
         path: path.display().to_string(),
         source,
     })?;

@@ -125,6 +125,36 @@ fn assert_none_missing(nodes: &[Node], prefix: &str, acked: &[String], round: us
     }
 }
 
+/// One round: `clients` write `<prefix><round>-…` for a while, every member is killed, and the
+/// power is cut (every other round keeping a random half of the unsynced writes). Returns the
+/// acknowledged keys.
+fn write_and_cut(
+    fs: &mut PowerFs,
+    nodes: &mut [Node],
+    rng: &mut Rng,
+    prefix: &str,
+    clients: usize,
+    round: usize,
+) -> Vec<String> {
+    let ms = rng.between(100, 1200);
+    let got = write_then_kill(nodes, &format!("{prefix}{round}-"), clients, ms);
+    let unsynced = fs.unsynced_changes();
+    let names = fs.unsynced_names();
+    if round % 2 == 1 {
+        fs.power_cut_keeping_some(rng.next());
+    } else {
+        fs.power_cut();
+    }
+    eprintln!(
+        "round {round}: cut {ms} ms into the writes, {} acknowledged, {unsynced} unsynced \
+         changes of which {} kept, {} names undone {names:?}",
+        got.len(),
+        fs.stats().changes_kept,
+        names.len()
+    );
+    got
+}
+
 #[test]
 fn a_power_cut_loses_no_acknowledged_write() {
     let mut rng = seeded("one member");
@@ -135,24 +165,7 @@ fn a_power_cut_loses_no_acknowledged_write() {
     start_all(&mut nodes);
     let mut acked = Vec::new();
     for round in 0..ROUNDS {
-        let ms = rng.between(100, 1200);
-        let got = write_then_kill(&mut nodes, &format!("p{round}-"), 4, ms);
-        let unsynced = fs.unsynced_changes();
-        let names = fs.unsynced_names();
-        // Every other cut lets a random half of the unsynced writes reach the disk.
-        if round % 2 == 1 {
-            fs.power_cut_keeping_some(rng.next());
-        } else {
-            fs.power_cut();
-        }
-        eprintln!(
-            "round {round}: cut {ms} ms into the writes, {} acknowledged, {unsynced} unsynced \
-             changes of which {} kept, {} names undone {names:?}",
-            got.len(),
-            fs.stats().changes_kept,
-            names.len()
-        );
-        acked.extend(got);
+        acked.extend(write_and_cut(&mut fs, &mut nodes, &mut rng, "p", 4, round));
         start_all(&mut nodes);
         assert_none_missing(&nodes, "p", &acked, round);
     }
@@ -186,24 +199,7 @@ fn a_power_cut_of_the_whole_cluster_loses_no_acknowledged_write() {
     start_all(&mut nodes);
     let mut acked = Vec::new();
     for round in 0..CLUSTER_ROUNDS {
-        let ms = rng.between(100, 1200);
-        let got = write_then_kill(&mut nodes, &format!("c{round}-"), 6, ms);
-        let unsynced = fs.unsynced_changes();
-        let names = fs.unsynced_names();
-        // Every other cut lets a random half of the unsynced writes reach the disk.
-        if round % 2 == 1 {
-            fs.power_cut_keeping_some(rng.next());
-        } else {
-            fs.power_cut();
-        }
-        eprintln!(
-            "round {round}: cut {ms} ms into the writes, {} acknowledged, {unsynced} unsynced \
-             changes of which {} kept, {} names undone {names:?}",
-            got.len(),
-            fs.stats().changes_kept,
-            names.len()
-        );
-        acked.extend(got);
+        acked.extend(write_and_cut(&mut fs, &mut nodes, &mut rng, "c", 6, round));
         start_all(&mut nodes);
         // Every member, not just a quorum: each acknowledged entry was fsynced by a majority,
         // and the others catch up from it.

@@ -556,8 +556,13 @@ fn auth_carries_over_from_etcd_and_survives_restart() {
     assert_eq!(ours, revision_from_etcd);
 }
 
-/// The answer to a watch on a key the user may not read, field by field.
-fn denied_watch(bin: &str) -> (i64, bool, bool, String, i64) {
+/// The first `n` answers on a watch stream that alice (who may read only "k") opens with
+/// `creates` (key, range_end) on a fresh member of `bin`.
+fn alice_watch(
+    bin: &str,
+    creates: &[(&[u8], &[u8])],
+    n: usize,
+) -> Vec<proto::etcdserverpb::WatchResponse> {
     use proto::etcdserverpb::{
         WatchCreateRequest, WatchRequest, watch_client::WatchClient, watch_request::RequestUnion,
     };
@@ -565,33 +570,44 @@ fn denied_watch(bin: &str) -> (i64, bool, bool, String, i64) {
     let e = RealEtcd::start_bin(bin, &dir.path().join("d"), "default", &[]);
     setup_users(&e);
     let url = e.client_url.clone();
+    let reqs: Vec<WatchRequest> = creates
+        .iter()
+        .map(|(key, end)| WatchRequest {
+            request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
+                key: key.to_vec(),
+                range_end: end.to_vec(),
+                ..Default::default()
+            })),
+        })
+        .collect();
     rt().block_on(async {
         let t = token(&url, "alice", "apw").await;
         let mut w = WatchClient::connect(url.clone()).await.expect("connect");
-        let create = |key: &str, id: i64| WatchRequest {
-            request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
-                key: key.into(),
-                watch_id: id,
-                ..Default::default()
-            })),
-        };
-        let reqs = vec![create("other", 0), create("k", 0)];
         let mut resp = w
             .watch(with_token(tokio_stream::iter(reqs), &t))
             .await
             .expect("watch stream")
             .into_inner();
-        let denied = resp.message().await.expect("answer").expect("an answer");
-        let allowed = resp.message().await.expect("answer").expect("an answer");
-        assert!(allowed.created && !allowed.canceled, "{bin}: {allowed:?}");
-        (
-            denied.watch_id,
-            denied.created,
-            denied.canceled,
-            denied.cancel_reason,
-            allowed.watch_id,
-        )
+        let mut out = Vec::new();
+        for _ in 0..n {
+            out.push(resp.message().await.expect("answer").expect("an answer"));
+        }
+        out
     })
+}
+
+/// The answer to a watch on a key the user may not read, field by field.
+fn denied_watch(bin: &str) -> (i64, bool, bool, String, i64) {
+    let got = alice_watch(bin, &[(b"other", b""), (b"k", b"")], 2);
+    let (denied, allowed) = (&got[0], &got[1]);
+    assert!(allowed.created && !allowed.canceled, "{bin}: {allowed:?}");
+    (
+        denied.watch_id,
+        denied.created,
+        denied.canceled,
+        denied.cancel_reason.clone(),
+        allowed.watch_id,
+    )
 }
 
 #[test]
@@ -628,31 +644,8 @@ fn bad_auth_token_flags_stop_the_start() {
 /// "\x00", as clients send it for "every key from here on". The answer must be a denial:
 /// the permission is checked on the range as received, which reaches past "k".
 fn watch_to_the_end(bin: &str) -> (bool, bool, String) {
-    use proto::etcdserverpb::{
-        WatchCreateRequest, WatchRequest, watch_client::WatchClient, watch_request::RequestUnion,
-    };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let e = RealEtcd::start_bin(bin, &dir.path().join("d"), "default", &[]);
-    setup_users(&e);
-    let url = e.client_url.clone();
-    rt().block_on(async {
-        let t = token(&url, "alice", "apw").await;
-        let mut w = WatchClient::connect(url.clone()).await.expect("connect");
-        let req = WatchRequest {
-            request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
-                key: b"k".to_vec(),
-                range_end: vec![0],
-                ..Default::default()
-            })),
-        };
-        let mut resp = w
-            .watch(with_token(tokio_stream::iter(vec![req]), &t))
-            .await
-            .expect("watch stream")
-            .into_inner();
-        let first = resp.message().await.expect("answer").expect("an answer");
-        (first.created, first.canceled, first.cancel_reason)
-    })
+    let first = alice_watch(bin, &[(b"k", b"\0")], 1).remove(0);
+    (first.created, first.canceled, first.cancel_reason)
 }
 
 #[test]

@@ -32,26 +32,26 @@ const SNAPSHOT_CHUNK: usize = 32 * 1024;
 /// Snapshot messages queued ahead of a slow client.
 const SNAPSHOT_CHUNKS_IN_FLIGHT: usize = 8;
 
-/// Cuts a snapshot image into Maintenance.Snapshot's messages as it is written: as etcd 3.4,
-/// the db in 32 KiB messages counting down remaining_bytes, then the sha256 of it alone in a
-/// last message; no header on any of them.
+/// Cuts a snapshot image, as the backend writes it with its sha256 trailer, into
+/// Maintenance.Snapshot's messages: as etcd 3.4, the db in 32 KiB messages counting down
+/// remaining_bytes, then the sha256 of it alone in a last message; no header on any of them.
 struct SnapshotChunks {
     tx: tokio::sync::mpsc::Sender<Result<SnapshotResponse, Status>>,
     buf: Vec<u8>,
-    left: u64,
-    sha: sha2::Sha256,
+    /// Bytes of the db image not yet buffered; what follows them is the trailer.
+    db_left: u64,
+    trailer: Vec<u8>,
     /// The client stopped reading.
     gone: bool,
 }
 
 impl SnapshotChunks {
-    fn new(tx: tokio::sync::mpsc::Sender<Result<SnapshotResponse, Status>>, total: u64) -> Self {
-        use sha2::Digest;
+    fn new(tx: tokio::sync::mpsc::Sender<Result<SnapshotResponse, Status>>, db_len: u64) -> Self {
         SnapshotChunks {
             tx,
             buf: Vec::with_capacity(SNAPSHOT_CHUNK),
-            left: total,
-            sha: sha2::Sha256::new(),
+            db_left: db_len,
+            trailer: Vec::new(),
             gone: false,
         }
     }
@@ -66,10 +66,9 @@ impl SnapshotChunks {
 
     fn flush_chunk(&mut self) -> std::io::Result<()> {
         let blob = std::mem::replace(&mut self.buf, Vec::with_capacity(SNAPSHOT_CHUNK));
-        self.left = self.left.saturating_sub(blob.len() as u64);
         self.emit(SnapshotResponse {
             header: None,
-            remaining_bytes: self.left,
+            remaining_bytes: self.db_left,
             blob,
             version: String::new(),
         })
@@ -77,13 +76,12 @@ impl SnapshotChunks {
 
     /// Sends what is buffered and the checksum message.
     fn finish(mut self) -> std::io::Result<()> {
-        use sha2::Digest;
         if !self.buf.is_empty() {
             self.flush_chunk()?;
         }
-        let digest = std::mem::take(&mut self.sha).finalize();
+        let blob = std::mem::take(&mut self.trailer);
         self.emit(SnapshotResponse {
-            blob: digest.to_vec(),
+            blob,
             ..Default::default()
         })
     }
@@ -91,17 +89,20 @@ impl SnapshotChunks {
 
 impl std::io::Write for SnapshotChunks {
     fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        use sha2::Digest;
-        self.sha.update(data);
-        let mut rest = data;
+        let db_part = data
+            .len()
+            .min(usize::try_from(self.db_left).unwrap_or(usize::MAX));
+        let (mut rest, trailer) = data.split_at(db_part);
         while !rest.is_empty() {
             let n = (SNAPSHOT_CHUNK - self.buf.len()).min(rest.len());
             self.buf.extend_from_slice(&rest[..n]);
+            self.db_left -= n as u64;
             rest = &rest[n..];
             if self.buf.len() == SNAPSHOT_CHUNK {
                 self.flush_chunk()?;
             }
         }
+        self.trailer.extend_from_slice(trailer);
         Ok(data.len())
     }
 
@@ -262,7 +263,7 @@ impl Maintenance for MaintenanceService {
             let db = backend.db();
             let rtx = db.begin_read();
             let mut out = SnapshotChunks::new(tx.clone(), rtx.size());
-            match db.snapshot_of(&rtx, &mut out, false) {
+            match db.snapshot_of(&rtx, &mut out, true) {
                 Ok(_) => {
                     if out.finish().is_ok() {
                         METRICS.snapshot.observe(started.elapsed().as_secs_f64());

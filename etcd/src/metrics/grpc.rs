@@ -4,6 +4,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -62,22 +64,29 @@ pub fn init_service(service: &str) {
     }
 }
 
-/// The labels of one call: (method, service, type).
+/// The labels of one call: (method, service, type), with its message counters looked up once
+/// (a watch stream counts every message it sends).
 #[derive(Clone)]
 struct Call {
     method: String,
     service: String,
     typ: &'static str,
+    msg_received: Arc<AtomicU64>,
+    msg_sent: Arc<AtomicU64>,
 }
 
 impl Call {
     fn from_path(path: &str) -> Option<Call> {
         let (service, method) = path.trim_start_matches('/').split_once('/')?;
         let m = descriptors::method(service, method)?;
+        let typ = descriptors::grpc_type(&m);
+        let labels = [method, service, typ];
         Some(Call {
             method: method.to_string(),
             service: service.to_string(),
-            typ: descriptors::grpc_type(&m),
+            typ,
+            msg_received: METRICS.grpc_msg_received.handle(&labels),
+            msg_sent: METRICS.grpc_msg_sent.handle(&labels),
         })
     }
 
@@ -95,12 +104,11 @@ impl Call {
 
     /// One message of `len` protobuf bytes received (or sent).
     fn message(&self, sent: bool, len: u64) {
-        let labels = [self.method.as_str(), self.service.as_str(), self.typ];
         if sent {
-            METRICS.grpc_msg_sent.add(&labels, 1);
+            self.msg_sent.fetch_add(1, Ordering::Relaxed);
             METRICS.grpc_sent_bytes.add(len);
         } else {
-            METRICS.grpc_msg_received.add(&labels, 1);
+            self.msg_received.fetch_add(1, Ordering::Relaxed);
             METRICS.grpc_received_bytes.add(len);
         }
     }
@@ -253,23 +261,31 @@ where
             Ok(resp.map(|body| {
                 tonic::body::Body::new(Observed {
                     inner: body,
-                    sent: call.clone(),
+                    call,
                     framing: Framing::default(),
-                    call: Some(call),
+                    reported: false,
                 })
             }))
         })
     }
 }
 
-/// A response body that reports the call's status when its trailers pass (or Canceled when
-/// the client goes away first).
+/// A response body that counts the messages sent and reports the call's status once, when
+/// its trailers pass (or Canceled when the client goes away first).
 struct Observed {
     inner: tonic::body::Body,
-    /// Still set after the status is reported, for the messages' count.
-    sent: Call,
+    call: Call,
     framing: Framing,
-    call: Option<Call>,
+    reported: bool,
+}
+
+impl Observed {
+    fn report(&mut self, code: &str) {
+        if !self.reported {
+            self.reported = true;
+            self.call.handled(code);
+        }
+    }
 }
 
 impl Body for Observed {
@@ -285,25 +301,15 @@ impl Body for Observed {
             Poll::Ready(Some(Ok(f))) => {
                 if let Some(d) = f.data_ref() {
                     let this = &mut *self;
-                    let sent = &this.sent;
-                    this.framing.feed(d, |len| sent.message(true, len));
+                    let call = &this.call;
+                    this.framing.feed(d, |len| call.message(true, len));
                 }
-                if let Some(t) = f.trailers_ref()
-                    && let Some(call) = self.call.take()
-                {
-                    call.handled(status_of(t).unwrap_or("Unknown"));
+                if let Some(t) = f.trailers_ref() {
+                    self.report(status_of(t).unwrap_or("Unknown"));
                 }
             }
-            Poll::Ready(Some(Err(_))) => {
-                if let Some(call) = self.call.take() {
-                    call.handled("Unknown");
-                }
-            }
-            Poll::Ready(None) => {
-                if let Some(call) = self.call.take() {
-                    call.handled("OK");
-                }
-            }
+            Poll::Ready(Some(Err(_))) => self.report("Unknown"),
+            Poll::Ready(None) => self.report("OK"),
             Poll::Pending => {}
         }
         r
@@ -320,8 +326,6 @@ impl Body for Observed {
 
 impl Drop for Observed {
     fn drop(&mut self) {
-        if let Some(call) = self.call.take() {
-            call.handled("Canceled");
-        }
+        self.report("Canceled");
     }
 }

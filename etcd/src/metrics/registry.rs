@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// `start`, `start*factor`, ... (`count` bounds), as Go's prometheus.ExponentialBuckets.
 pub fn exponential_buckets(start: f64, factor: f64, count: usize) -> Vec<f64> {
@@ -115,7 +115,7 @@ impl Histogram {
 /// Counters keyed by label values (in the order of `labels`).
 pub struct CounterVec {
     labels: &'static [&'static str],
-    values: Mutex<BTreeMap<Vec<String>, u64>>,
+    values: Mutex<BTreeMap<Vec<String>, Arc<AtomicU64>>>,
 }
 
 impl CounterVec {
@@ -126,17 +126,23 @@ impl CounterVec {
         }
     }
 
-    /// Adds `n` to the series with these label values (creating it at 0 first).
-    pub fn add(&self, values: &[&str], n: u64) {
+    /// The series with these label values (created at 0 first), to count into without
+    /// looking it up again: what a gRPC call does for each of its messages.
+    pub fn handle(&self, values: &[&str]) -> Arc<AtomicU64> {
         let key: Vec<String> = values.iter().map(|s| s.to_string()).collect();
         let mut m = self.values.lock().unwrap_or_else(|e| e.into_inner());
-        *m.entry(key).or_insert(0) += n;
+        m.entry(key).or_default().clone()
+    }
+
+    /// Adds `n` to the series with these label values (creating it at 0 first).
+    pub fn add(&self, values: &[&str], n: u64) {
+        self.handle(values).fetch_add(n, Ordering::Relaxed);
     }
 
     pub fn get(&self, values: &[&str]) -> u64 {
         let key: Vec<String> = values.iter().map(|s| s.to_string()).collect();
         let m = self.values.lock().unwrap_or_else(|e| e.into_inner());
-        m.get(&key).copied().unwrap_or(0)
+        m.get(&key).map_or(0, |n| n.load(Ordering::Relaxed))
     }
 
     pub fn write(&self, out: &mut Exposition, name: &str, help: &str) {
@@ -152,7 +158,7 @@ impl CounterVec {
                 .copied()
                 .zip(vals.iter().map(String::as_str))
                 .collect();
-            f.sample(name, &l, &n.to_string());
+            f.sample(name, &l, &n.load(Ordering::Relaxed).to_string());
         }
         f.finish();
     }

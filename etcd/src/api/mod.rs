@@ -4,6 +4,7 @@
 pub mod auth;
 pub mod authority;
 pub mod cluster;
+mod coalesce;
 pub mod descriptors;
 pub mod election;
 pub mod errors;

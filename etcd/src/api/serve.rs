@@ -18,6 +18,7 @@ use tonic::codegen::Service;
 
 use super::authority::AuthorityFix;
 use super::cluster::ClusterService;
+use super::coalesce::Coalesce;
 use super::election::ElectionService;
 use super::first_bytes::{CLIENT_START_TIMEOUT, FirstBytes, silent_for};
 use super::kv::KvService;
@@ -214,7 +215,7 @@ async fn serve_conn<IO>(
     });
     let (io, seen) = FirstBytes::new(io);
     let conn = builder
-        .serve_connection_with_upgrades(TokioIo::new(AuthorityFix::new(io)), svc)
+        .serve_connection_with_upgrades(TokioIo::new(AuthorityFix::new(Coalesce::new(io))), svc)
         .into_owned();
     tokio::select! {
         r = watcher.watch(conn) => {

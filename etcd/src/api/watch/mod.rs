@@ -531,6 +531,17 @@ async fn fill_prev_kvs(store: &Arc<KvStore>, events: &mut [Event]) {
     }
 }
 
+/// Turns of a stream's loop between those that look at the client's requests first.
+const INBOUND_TURN: u32 = 16;
+
+/// What woke a stream's loop.
+enum Wake {
+    Inbound(Option<Result<WatchRequest, Status>>),
+    Mailbox,
+    Closed,
+    Tick,
+}
+
 async fn run_stream(
     server: Arc<EtcdServer>,
     auth_req: Request<()>,
@@ -563,9 +574,31 @@ async fn run_stream(
     // client goes away (the JSON gateway's /v3/watch relies on this).
     let mut inbound_open = true;
     let watch_out = st.out.clone();
+    let mut turn: u32 = 0;
     loop {
-        tokio::select! {
-            msg = inbound.next(), if inbound_open => {
+        turn = turn.wrapping_add(1);
+        // Events first: polling the client's side takes its connection's lock, and a busy
+        // stream wakes once per revision. Every INBOUND_TURN-th turn the client's side goes
+        // first, so a flood of events cannot hold back a cancel or a progress request.
+        let wake = if turn % INBOUND_TURN == 0 {
+            tokio::select! {
+                biased;
+                msg = inbound.next(), if inbound_open => Wake::Inbound(msg),
+                _ = mailbox.notify.notified() => Wake::Mailbox,
+                _ = watch_out.closed() => Wake::Closed,
+                _ = ticker.tick() => Wake::Tick,
+            }
+        } else {
+            tokio::select! {
+                biased;
+                _ = mailbox.notify.notified() => Wake::Mailbox,
+                msg = inbound.next(), if inbound_open => Wake::Inbound(msg),
+                _ = watch_out.closed() => Wake::Closed,
+                _ = ticker.tick() => Wake::Tick,
+            }
+        };
+        match wake {
+            Wake::Inbound(msg) => {
                 let req = match msg {
                     Some(Ok(r)) => r,
                     None => {
@@ -575,7 +608,9 @@ async fn run_stream(
                     Some(Err(_)) => break,
                 };
                 let ok = match req.request_union {
-                    Some(RequestUnion::CreateRequest(c)) => st.create(c).await && st.catch_up().await,
+                    Some(RequestUnion::CreateRequest(c)) => {
+                        st.create(c).await && st.catch_up().await
+                    }
                     Some(RequestUnion::CancelRequest(c)) => st.cancel(c.watch_id).await,
                     Some(RequestUnion::ProgressRequest(_)) => st.progress().await,
                     None => true,
@@ -584,15 +619,15 @@ async fn run_stream(
                     break;
                 }
             }
-            _ = mailbox.notify.notified() => {
+            Wake::Mailbox => {
                 if st.drain().await.is_none() || !st.catch_up().await {
                     break;
                 }
             }
             // The client went away (its answer stream was dropped): stop, even if it
             // never closed its own side.
-            _ = watch_out.closed() => break,
-            _ = ticker.tick() => {
+            Wake::Closed => break,
+            Wake::Tick => {
                 if !st.notify_progress().await {
                     break;
                 }

@@ -580,7 +580,7 @@ async fn run_stream(
         // Events first: polling the client's side takes its connection's lock, and a busy
         // stream wakes once per revision. Every INBOUND_TURN-th turn the client's side goes
         // first, so a flood of events cannot hold back a cancel or a progress request.
-        let wake = if turn % INBOUND_TURN == 0 {
+        let wake = if turn.is_multiple_of(INBOUND_TURN) {
             tokio::select! {
                 biased;
                 msg = inbound.next(), if inbound_open => Wake::Inbound(msg),

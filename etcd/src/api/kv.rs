@@ -32,14 +32,18 @@ fn unexpected() -> Status {
 impl KvService {
     /// Proposes `req` as the user `ai`: the apply checks the permissions again at the auth
     /// revision current then.
-    async fn propose(
+    fn propose(
         &self,
         ai: &AuthInfo,
         mut req: InternalRaftRequest,
-    ) -> Result<(Applied, i64), ApiError> {
+    ) -> impl Future<Output = Result<(Applied, i64), ApiError>> + Send + '_ {
         req.header = api_auth::header(ai);
-        let out = self.server.propose(req).await?;
-        Ok((out.result?, out.revision))
+        // Not held by the future: the server encodes it at once.
+        let proposed = self.server.propose(req);
+        async move {
+            let out = proposed.await?;
+            Ok((out.result?, out.revision))
+        }
     }
 
     /// What Range and RangeStream check before reading: the request (and for a stream, its

@@ -747,28 +747,33 @@ impl EtcdServer {
         raft_loop::request_timeout(self.shared.cfg.election_timeout)
     }
 
-    /// Proposes `req` through raft and waits for its apply.
-    pub async fn propose(&self, req: InternalRaftRequest) -> Result<Outcome, Error> {
-        let m = &crate::metrics::METRICS;
-        m.proposals_pending.inc();
-        let r = self.propose_inner(req).await;
-        m.proposals_pending.dec();
-        // etcd counts the proposals that timed out or met a stopping server.
-        if let Err(e) = &r
-            && (e.message == error::TIMEOUT.message || e.message == error::STOPPED.message)
-        {
-            m.proposals_failed.inc();
-        }
-        r
-    }
-
-    async fn propose_inner(&self, mut req: InternalRaftRequest) -> Result<Outcome, Error> {
+    /// Proposes `req` through raft and waits for its apply. The request is encoded before
+    /// the returned future exists, so no caller's future carries it (it is over 1 KiB, and a
+    /// request's futures are moved into their boxes and tasks whole).
+    pub fn propose(
+        &self,
+        mut req: InternalRaftRequest,
+    ) -> impl Future<Output = Result<Outcome, Error>> + Send + '_ {
         let id = self.ids.next();
         req.header = Some(RequestHeader {
             id,
             ..req.header.unwrap_or_default()
         });
-        self.propose_data(id, req.encode_to_vec()).await
+        let data = req.encode_to_vec();
+        drop(req);
+        async move {
+            let m = &crate::metrics::METRICS;
+            m.proposals_pending.inc();
+            let r = self.propose_data(id, data).await;
+            m.proposals_pending.dec();
+            // etcd counts the proposals that timed out or met a stopping server.
+            if let Err(e) = &r
+                && (e.message == error::TIMEOUT.message || e.message == error::STOPPED.message)
+            {
+                m.proposals_failed.inc();
+            }
+            r
+        }
     }
 
     /// Proposes one of etcd's v2 requests (member attributes, cluster version: what members

@@ -6,6 +6,11 @@ use std::process::ExitCode;
 use etcd::config::{Action, Config, ConfigError};
 use etcd::server::EtcdServer;
 
+/// jemalloc instead of glibc's malloc (why: the workspace manifest). etcd::server::heap gives
+/// its free pages back to the OS after big frees.
+#[global_allocator]
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let env: Vec<(String, String)> = std::env::vars().collect();

@@ -36,14 +36,36 @@ pub fn start() {
     }
 }
 
-/// glibc keeps freed memory in its arenas (one per thread that allocated); malloc_trim
-/// returns the free pages of every arena to the OS. Called directly once the member is
-/// ready: opening the store decodes every stored key-value and frees them again.
+/// Returns freed heap pages to the OS. The server allocates through jemalloc (etcd/src/main.rs),
+/// which keeps the unused pages of its arenas for a while; anything allocated through glibc's
+/// malloc (the library's tests, C code) sits in glibc's arenas, one per thread that allocated.
+/// Called directly once the member is ready: opening the store decodes every stored key-value
+/// and frees them again.
 pub fn trim() {
+    purge_jemalloc();
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // Safety: malloc_trim only walks the allocator's own free lists.
     unsafe {
         libc::malloc_trim(0);
+    }
+}
+
+/// jemalloc's mallctl name for "every arena" (MALLCTL_ARENAS_ALL).
+const ALL_ARENAS_PURGE: &[u8] = b"arena.4096.purge\0";
+
+fn purge_jemalloc() {
+    // Safety: a NUL-terminated mallctl name, and purge neither reads nor writes a value.
+    let rc = unsafe {
+        tikv_jemalloc_sys::mallctl(
+            ALL_ARENAS_PURGE.as_ptr().cast(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    if rc != 0 {
+        tracing::debug!(errno = rc, "jemalloc refused to purge its arenas");
     }
 }
 
@@ -75,5 +97,35 @@ mod tests {
             "rss {before} -> {after}"
         );
         assert!(chunks.iter().flatten().all(|c| c.len() == 64 << 10));
+    }
+
+    #[test]
+    fn a_trim_returns_jemallocs_free_pages_to_the_os() {
+        use std::alloc::{GlobalAlloc, Layout};
+        let jemalloc = tikv_jemallocator::Jemalloc;
+        let layout = Layout::from_size_align(64 << 10, 8).expect("layout");
+        // Safety: each block is allocated and freed once with the same layout and written
+        // only within it.
+        let blocks: Vec<*mut u8> = (0..1024)
+            .map(|_| unsafe {
+                let p = jemalloc.alloc(layout);
+                assert!(!p.is_null());
+                std::ptr::write_bytes(p, 7, layout.size());
+                p
+            })
+            .collect();
+        for p in blocks.iter().step_by(2) {
+            unsafe { jemalloc.dealloc(*p, layout) };
+        }
+        let before = rss_bytes();
+        trim();
+        let after = rss_bytes();
+        assert!(
+            before.saturating_sub(after) > 16 << 20,
+            "rss {before} -> {after}"
+        );
+        for p in blocks.iter().skip(1).step_by(2) {
+            unsafe { jemalloc.dealloc(*p, layout) };
+        }
     }
 }

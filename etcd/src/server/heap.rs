@@ -80,6 +80,16 @@ mod tests {
         pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64
     }
 
+    fn assert_trim_gives_back(at_least: u64) {
+        let before = rss_bytes();
+        trim();
+        let after = rss_bytes();
+        assert!(
+            before.saturating_sub(after) > at_least,
+            "rss {before} -> {after}"
+        );
+    }
+
     #[test]
     fn a_trim_returns_freed_heap_pages_to_the_os() {
         // 64 MiB in chunks below the mmap threshold; every other one is freed, so each free
@@ -89,13 +99,7 @@ mod tests {
         for c in chunks.iter_mut().step_by(2) {
             *c = None;
         }
-        let before = rss_bytes();
-        trim();
-        let after = rss_bytes();
-        assert!(
-            before.saturating_sub(after) > 16 << 20,
-            "rss {before} -> {after}"
-        );
+        assert_trim_gives_back(16 << 20);
         assert!(chunks.iter().flatten().all(|c| c.len() == 64 << 10));
     }
 
@@ -117,13 +121,7 @@ mod tests {
         for p in blocks.iter().step_by(2) {
             unsafe { jemalloc.dealloc(*p, layout) };
         }
-        let before = rss_bytes();
-        trim();
-        let after = rss_bytes();
-        assert!(
-            before.saturating_sub(after) > 16 << 20,
-            "rss {before} -> {after}"
-        );
+        assert_trim_gives_back(16 << 20);
         for p in blocks.iter().skip(1).step_by(2) {
             unsafe { jemalloc.dealloc(*p, layout) };
         }

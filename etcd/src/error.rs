@@ -108,6 +108,18 @@ etcd_errors! {
     NOT_SUPPORTED_FOR_LEARNER = Unavailable, "etcdserver: rpc not supported for learner";
     BAD_LEADER_TRANSFEREE = FailedPrecondition, "etcdserver: bad leader transferee";
     TIMEOUT_LEADER_TRANSFER = Unavailable, "etcdserver: request timed out, leader transfer took too long";
+    // etcd 3.5's Downgrade (api/v3rpc/rpctypes/error.go).
+    CLUSTER_VERSION_UNAVAILABLE = Unavailable, "etcdserver: cluster version not found during downgrade";
+    WRONG_DOWNGRADE_VERSION_FORMAT = InvalidArgument, "etcdserver: wrong downgrade target version format";
+    INVALID_DOWNGRADE_TARGET_VERSION = InvalidArgument, "etcdserver: invalid downgrade target version";
+    DOWNGRADE_IN_PROCESS = FailedPrecondition, "etcdserver: cluster has a downgrade job in progress";
+    NO_INFLIGHT_DOWNGRADE = FailedPrecondition, "etcdserver: no inflight downgrade job";
+    // An action etcd's Downgrade does not know: its plain error, which no gRPC status maps.
+    UNKNOWN_METHOD = Unknown, "etcdserver: unknown method";
+    // Ours, not etcd's: a downgrade entry would stop a member that cannot apply it (etcd 3.4
+    // panics on a request it does not know), so it is proposed only when every member has said
+    // it runs 3.5 or later. Not prefixed "etcdserver:" so that no client takes it for etcd's.
+    DOWNGRADE_MEMBER_CANNOT_APPLY = FailedPrecondition, "downgrade: every member must answer and run etcd 3.5 or later to apply this change (etcd 3.4 cannot)";
 }
 
 /// The error whose message is `msg`, if any.

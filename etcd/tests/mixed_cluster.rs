@@ -1,5 +1,6 @@
 // Clusters of real etcd 3.4 members (Debian's etcd-server) and ours, speaking etcd's peer
-// protocol: both kinds lead, snapshots go both ways, members join each other, and a rolling swap.
+// protocol: both kinds lead, snapshots go both ways, members join each other, a rolling swap,
+// and the way back from ours to etcd 3.4 through etcd 3.5's Downgrade.
 
 #[path = "../../common/tests/support/mod.rs"]
 mod support;
@@ -283,8 +284,9 @@ fn snapshots_go_from_an_etcd_leader_to_ours_and_from_ours_to_etcd() {
     assert_hash_equal(&c.nodes.iter().collect::<Vec<_>>());
 }
 
-/// `member add` on `via`, then the new member started with the settings etcdctl printed.
-fn add_member(c: &Cluster, via: usize, new: &mut Node, bin: &str, learner: bool) {
+/// `member add` on `via`, then the new member started with the settings etcdctl printed;
+/// returns its ID (hex).
+fn add_member(c: &Cluster, via: usize, new: &mut Node, bin: &str, learner: bool) -> String {
     let peer = format!("--peer-urls={}", new.advertise_peer);
     let mut args = vec!["member", "add", new.name.as_str(), peer.as_str()];
     if learner {
@@ -305,10 +307,12 @@ fn add_member(c: &Cluster, via: usize, new: &mut Node, bin: &str, learner: bool)
         );
         std::thread::sleep(Duration::from_millis(500));
     };
-    new.initial_cluster = cluster_support::parse_member_add(&added).initial_cluster;
+    let added = cluster_support::parse_member_add(&added);
+    new.initial_cluster = added.initial_cluster;
     new.state = "existing";
     new.extra = FAST.iter().map(|s| s.to_string()).collect();
     new.spawn(bin);
+    added.id
 }
 
 /// Promotes learner `name` once it has caught up (refused before, with etcd's error).
@@ -599,6 +603,143 @@ fn two_of_ours_and_one_etcd_agree_on_the_version_and_survive_kills_of_either_lea
     );
     for m in &c.nodes {
         assert_all_present(m, "w/", &acked);
+    }
+    assert_hash_equal(&c.nodes.iter().collect::<Vec<_>>());
+}
+
+/// Whether etcd 3.4 member `m` stopped (within 30 s) with `needle` in its log.
+fn exits_with(m: &mut Node, needle: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while m.exited().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "{} did not stop; log ends:\n{}",
+            m.name,
+            m.log_tail(10)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    m.child = None;
+    assert!(
+        log_has(m, needle),
+        "{} log ends:\n{}",
+        m.name,
+        m.log_tail(10)
+    );
+}
+
+#[test]
+fn after_downgrade_enable_etcd_34_members_join_lead_and_replace_ours() {
+    let dir = tmp();
+    // Snapshots and log compaction every few hundred entries: a member that joins gets a
+    // snapshot, not the log from its first entry (see below).
+    let mut flags = FAST.to_vec();
+    flags.extend([
+        "--snapshot-count",
+        "200",
+        "--experimental-snapshot-catchup-entries",
+        "20",
+    ]);
+    let mut c = start_mixed(dir.path(), &[OURS, OURS, OURS], &flags);
+    for m in &c.nodes {
+        wait_cluster_version(m, "3.5.0");
+    }
+    let writer = Writer::start_many(
+        c.nodes.iter().map(|m| m.client_url.clone()).collect(),
+        "w/",
+        4,
+    );
+    // Without a downgrade job, etcd 3.4 refuses to join a cluster at version 3.5.
+    let mut early = Node::new_for_join(dir.path(), "early");
+    let early_id = add_member(&c, 0, &mut early, ETCD, true);
+    exits_with(&mut early, "incompatible with current running cluster");
+    c.nodes[0].etcdctl_ok(&["member", "remove", &early_id]);
+
+    // ENABLE 3.4 (etcd 3.6's etcdctl would send the same request): every member goes to 3.4.
+    let r = cluster_support::downgrade(&c.nodes[1].client_url, 1, "3.4")
+        .unwrap_or_else(|e| panic!("enable: {e:?}"));
+    assert_eq!(r.version, "3.5.0");
+    for m in &c.nodes {
+        wait_cluster_version(m, "3.4.0");
+    }
+    // A new member must not be sent the log's 3.5-only entries (the cluster version set at
+    // 3.5 and the job itself: etcd 3.4 panics on a request it does not know), so it has to
+    // join by a snapshot taken after them: wait for a few snapshots' worth of writes.
+    let enabled_at = writer.acked_count();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while writer.acked_count() < enabled_at + 800 {
+        assert!(Instant::now() < deadline, "the writers stalled");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // Now an etcd 3.4 member joins, is promoted, and leads.
+    let mut m4 = Node::new_for_join(dir.path(), "m4");
+    add_member(&c, 0, &mut m4, ETCD, true);
+    c.nodes[0].etcdctl_ok(&["put", "before-m4", "x"]);
+    m4.wait_local("before-m4", "x", Duration::from_secs(30));
+    assert!(
+        log_has(&m4, "received and saved database snapshot"),
+        "the etcd member joined without a snapshot; log ends:\n{}",
+        m4.log_tail(30)
+    );
+    promote(&c, 0, "m4");
+    c.nodes.push(m4);
+    // The job cannot be cancelled while a member cannot apply the cancel (etcd 3.4 would stop).
+    let refused = cluster_support::downgrade(&c.nodes[0].client_url, 2, "")
+        .expect_err("a cancel etcd 3.4 cannot apply");
+    assert_eq!(
+        refused.code(),
+        tonic::Code::FailedPrecondition,
+        "{refused:?}"
+    );
+    move_leader(&c, 3);
+    for m in &c.nodes {
+        wait_cluster_version(m, "3.4.0");
+    }
+
+    // One of ours leaves; the other two are swapped to etcd 3.4 on their data dirs.
+    let id3 = c.member_id_hex("m3");
+    // etcd refuses a member change until every voter has been connected for 5 s.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = c.nodes[3].etcdctl(&["member", "remove", &id3]);
+        if out.status.success() {
+            break;
+        }
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("unhealthy cluster") && Instant::now() < deadline,
+            "member remove failed: {err}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while c.nodes[2].exited().is_none() {
+        assert!(Instant::now() < deadline, "the removed member did not stop");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    c.nodes.remove(2);
+    for i in 0..2 {
+        // etcd 3.4 has no --experimental-snapshot-catchup-entries.
+        c.nodes[i].extra = FAST.iter().map(|s| s.to_string()).collect();
+        swap(&mut c, i, ETCD, &writer);
+    }
+
+    std::thread::sleep(Duration::from_millis(500));
+    let acked = writer.finish();
+    assert!(
+        acked.len() > 100,
+        "only {} writes acknowledged",
+        acked.len()
+    );
+    for m in &c.nodes {
+        assert_all_present(m, "w/", &acked);
+        let v = http_get(m, "/version");
+        assert!(
+            v.contains("\"etcdserver\":\"3.4.") && v.contains("\"etcdcluster\":\"3.4.0\""),
+            "{}: {v}",
+            m.name
+        );
     }
     assert_hash_equal(&c.nodes.iter().collect::<Vec<_>>());
 }

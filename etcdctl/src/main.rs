@@ -120,6 +120,13 @@ enum Command {
         long_about = "Generate the autocompletion script for etcdctl for the specified shell.\nSee each sub-command's help for details on how to use the generated script."
     )]
     Completion(commands::completion::CompletionCmd),
+    /// Downgrade related commands. Use `etcdctl downgrade --help` to see subcommands
+    #[command(
+        subcommand,
+        override_usage = "<TARGET_VERSION>",
+        long_about = "Downgrade related commands"
+    )]
+    Downgrade(commands::downgrade::DowngradeCmd),
 }
 
 async fn dispatch(ctx: &Ctx, cmd: &Command) -> error::Result<()> {
@@ -157,6 +164,7 @@ async fn dispatch(ctx: &Ctx, cmd: &Command) -> error::Result<()> {
             Ok(())
         }
         Command::Completion(c) => commands::completion::run(c),
+        Command::Downgrade(c) => commands::downgrade::run(ctx, c).await,
     }
 }
 

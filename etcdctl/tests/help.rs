@@ -17,6 +17,8 @@ const OUR_EXTRA_FLAGS: &[&str] = &[
 ];
 /// Commands 3.4 has that ours does not: `migrate` converts a v2 store, which we never had.
 const GO_ONLY_COMMANDS: &[&str] = &["migrate"];
+/// Commands ours has that 3.4 lacks: `downgrade` is etcd 3.6's etcdctl's, for 3.5's API.
+const OUR_EXTRA_COMMANDS: &[&str] = &["downgrade"];
 
 struct Seen {
     code: Option<i32>,
@@ -55,6 +57,9 @@ fn comparable(go: &str, ours: &str) -> (String, String) {
             !OUR_EXTRA_FLAGS
                 .iter()
                 .any(|f| l.trim_start().starts_with(f))
+                && !OUR_EXTRA_COMMANDS
+                    .iter()
+                    .any(|c| l.starts_with(&format!("\t{c} ")))
         })
         .collect();
     (go.join("\n"), ours.join("\n"))

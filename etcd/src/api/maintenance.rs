@@ -1,6 +1,6 @@
 // The Maintenance service: Status, Alarm (through raft; NOSPACE from the quota), Defragment,
-// HashKV, Hash, Snapshot (a consistent db image with etcd's sha256 trailer) and MoveLeader (a
-// raft leadership transfer). Downgrade (etcd 3.5's, not in 3.4) answers `unimplemented`.
+// HashKV, Hash, Snapshot (a consistent db image with etcd's sha256 trailer), MoveLeader (a
+// raft leadership transfer) and etcd 3.5's Downgrade (server/downgrade.rs).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -9,7 +9,7 @@ use proto::etcdserverpb::{
     AlarmRequest, AlarmResponse, DefragmentRequest, DefragmentResponse, DowngradeRequest,
     DowngradeResponse, HashKvRequest, HashKvResponse, HashRequest, HashResponse, MoveLeaderRequest,
     MoveLeaderResponse, SnapshotRequest, SnapshotResponse, StatusRequest, StatusResponse,
-    maintenance_server::Maintenance,
+    downgrade_request::DowngradeAction, maintenance_server::Maintenance,
 };
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
@@ -19,13 +19,10 @@ use crate::api::errors::ToStatus;
 use crate::metrics::METRICS;
 use crate::server::EtcdServer;
 use crate::server::apply::Applied;
+use crate::server::downgrade;
 
 pub struct MaintenanceService {
     pub server: Arc<EtcdServer>,
-}
-
-fn not_yet(what: &str) -> Status {
-    Status::unimplemented(format!("{what} is not supported by etcd-rs yet"))
 }
 
 const SNAPSHOT_CHUNK: usize = 32 * 1024;
@@ -305,11 +302,26 @@ impl Maintenance for MaintenanceService {
         Ok(Response::new(MoveLeaderResponse { header: None }))
     }
 
+    /// etcd 3.5's Downgrade, served by any member (a change goes through raft). Root only
+    /// with auth on, as etcd 3.6 checks it (3.5 let any user change the cluster version).
     async fn downgrade(
         &self,
-        _r: Request<DowngradeRequest>,
+        r: Request<DowngradeRequest>,
     ) -> Result<Response<DowngradeResponse>, Status> {
-        Err(not_yet("Downgrade"))
+        super::auth::check_cluster_admin(&self.server, &r)?;
+        self.server.guard(false)?;
+        let r = r.into_inner();
+        let s = &self.server;
+        let version = match DowngradeAction::try_from(r.action) {
+            Ok(DowngradeAction::Validate) => downgrade::validate(s, &r.version).await,
+            Ok(DowngradeAction::Enable) => downgrade::enable(s, &r.version).await,
+            Ok(DowngradeAction::Cancel) => downgrade::cancel(s).await,
+            Err(_) => Err(errors::UNKNOWN_METHOD),
+        }?;
+        Ok(Response::new(DowngradeResponse {
+            header: s.header(s.kv().current_rev()),
+            version,
+        }))
     }
 }
 

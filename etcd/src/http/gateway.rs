@@ -17,7 +17,8 @@ use super::{Body, GrpcRoutes, full, go_error};
 use crate::api::descriptors;
 use crate::server::EtcdServer;
 
-/// (path under /v3/, service, method), as etcd 3.4's gateway registers them.
+/// (path under /v3/, service, method), as etcd 3.4's gateway registers them (and 3.5's
+/// Downgrade).
 const ROUTES: &[(&str, &str, &str)] = &[
     ("kv/range", "etcdserverpb.KV", "Range"),
     ("kv/put", "etcdserverpb.KV", "Put"),
@@ -71,6 +72,12 @@ const ROUTES: &[(&str, &str, &str)] = &[
         "maintenance/transfer-leadership",
         "etcdserverpb.Maintenance",
         "MoveLeader",
+    ),
+    // etcd 3.5's.
+    (
+        "maintenance/downgrade",
+        "etcdserverpb.Maintenance",
+        "Downgrade",
     ),
     ("auth/enable", "etcdserverpb.Auth", "AuthEnable"),
     ("auth/disable", "etcdserverpb.Auth", "AuthDisable"),

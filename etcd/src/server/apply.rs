@@ -54,6 +54,8 @@ pub enum Effect {
         client_urls: Vec<String>,
     },
     ClusterVersion(String),
+    /// A downgrade job enabled or cancelled (the record now in the db).
+    Downgrade(super::downgrade::DowngradeInfo),
     /// A committed entry that is neither a v3 nor a v2 request (its index): the member stops.
     Undecodable(u64),
 }
@@ -298,6 +300,15 @@ pub fn apply_normal(
     } else if let Some(v) = &req.cluster_version_set {
         w.put_raw(buckets::CLUSTER, b"clusterVersion", v.ver.as_bytes());
         effects.push(Effect::ClusterVersion(v.ver.clone()));
+        Ok(Applied::Done)
+    } else if let Some(d) = &req.downgrade_info_set {
+        let info = super::downgrade::DowngradeInfo::from_request(d);
+        w.put_raw(
+            buckets::CLUSTER,
+            super::downgrade::DOWNGRADE_KEY,
+            &info.to_json(),
+        );
+        effects.push(Effect::Downgrade(info));
         Ok(Applied::Done)
     } else {
         // The API refuses requests this server cannot apply, so only another member could

@@ -150,6 +150,20 @@ impl ApplyLoop {
                     self.shared.fail(why);
                     return false;
                 }
+                Effect::Downgrade(info) => {
+                    if info.enabled {
+                        tracing::info!(
+                            target_version = %info.target_version,
+                            server_version = crate::version::ETCD_VERSION,
+                            "The server is ready to downgrade"
+                        );
+                    } else {
+                        tracing::info!("the downgrade job is cancelled");
+                    }
+                    // The leader sets the cluster version for the job at once, not at its
+                    // next periodic look.
+                    self.shared.version_check.notify_one();
+                }
                 Effect::ClusterVersion(v) => {
                     // The leader re-publishes the same version now and then: log changes only.
                     if self.cluster_version != v {

@@ -1,6 +1,7 @@
 // The cluster version and member attributes, decided and published as etcd decides them: the
 // leader asks every member's `/version` and sets the cluster version to the lowest server
-// version (major.minor.0), through raft; a member publishes its name and client URLs.
+// version (major.minor.0), or while a downgrade job runs to the job's target, through raft;
+// a member publishes its name and client URLs.
 //
 // Member attributes always go into the log as etcd's v2 request, which etcd 3.4 and 3.5
 // both apply (etcd 3.4 stops on a v3 request it does not know, and one may rejoin a cluster
@@ -166,13 +167,35 @@ pub async fn monitor(server: Arc<EtcdServer>) {
             continue;
         };
         let current = server.cluster_version();
-        // Raised by the leader as members are upgraded. Lowered only to 3.4, as etcd 3.5 does
-        // when an etcd 3.4 member rejoins (etcd's 3.5 → 3.4 rolling downgrade); other
-        // downgrades need the Downgrade API.
-        let change = match (major_minor(&current), major_minor(&target)) {
-            (None, _) => leading,
-            (Some(c), Some(t)) => (leading && t > c) || (t < c && t == (3, 4)),
-            _ => false,
+        let job = super::downgrade::info(server.kv());
+        let (change, target) = if job.enabled {
+            // While a downgrade job runs, the cluster version is its target (one minor
+            // below), whatever the members run, and nothing raises it: etcd 3.6's rule (see
+            // downgrade.rs for why not 3.5's). The job's end raises it again.
+            match (major_minor(&current), job.target()) {
+                (Some(c), Some(t)) if c == t => (false, target),
+                (Some(c), Some(t)) if super::downgrade::allowed_target(c) == Some(t) => {
+                    (true, format!("{}.{}.0", t.0, t.1))
+                }
+                _ => {
+                    tracing::warn!(
+                        cluster_version = %current,
+                        target_version = %job.target_version,
+                        "cannot downgrade from cluster-version to downgrade-target"
+                    );
+                    (false, target)
+                }
+            }
+        } else {
+            // Raised by the leader as members are upgraded. Lowered only to 3.4, as etcd 3.5
+            // does when an etcd 3.4 member rejoins (etcd's 3.5 → 3.4 rolling downgrade);
+            // other downgrades need the Downgrade API.
+            let change = match (major_minor(&current), major_minor(&target)) {
+                (None, _) => leading,
+                (Some(c), Some(t)) => (leading && t > c) || (t < c && t == (3, 4)),
+                _ => false,
+            };
+            (change, target)
         };
         if change {
             set(&server, &current, target).await;

@@ -8,6 +8,7 @@ pub mod bootstrap;
 pub mod cluster_version;
 pub mod compactor;
 pub mod corrupt;
+pub mod downgrade;
 pub mod heap;
 pub mod inbox;
 mod peer_host;

@@ -63,4 +63,8 @@ impl PeerHost for EtcdServer {
     async fn hash_kv(&self, revision: i64) -> Result<HashKvResponse, Error> {
         super::corrupt::local_hash(self, revision).await
     }
+
+    async fn downgrade_enabled(&self) -> Result<bool, Error> {
+        super::downgrade::enabled(self).await
+    }
 }

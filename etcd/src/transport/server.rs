@@ -59,6 +59,10 @@ pub trait PeerHost: Send + Sync + 'static {
         &self,
         revision: i64,
     ) -> impl std::future::Future<Output = Result<HashKvResponse, error::Error>> + Send;
+    /// Whether a downgrade job is enabled, after a linearizable read.
+    fn downgrade_enabled(
+        &self,
+    ) -> impl std::future::Future<Output = Result<bool, error::Error>> + Send;
 }
 
 /// Request bodies read whole (raft messages, lease and hash requests) stop here.
@@ -408,11 +412,22 @@ pub async fn handle<H: PeerHost>(server: Arc<H>, req: http::Request<Incoming>) -
             if req.method() != Method::GET {
                 return method_not_allowed(Some("GET"));
             }
-            // No downgrade is ever in progress on this member.
-            finish(
-                response(StatusCode::OK).header("content-type", "text/plain; charset=utf-8"),
-                client::full("false"),
-            )
+            // etcd's answer: Go's strconv.FormatBool as plain text, read linearizably so that
+            // a joining member sees a job enabled a moment ago.
+            let cid = server.cluster_id();
+            match server.downgrade_enabled().await {
+                Ok(enabled) => finish(
+                    response(StatusCode::OK)
+                        .header(H_CLUSTER_ID, id_path(cid))
+                        .header("content-type", "text/plain"),
+                    client::full(if enabled { "true" } else { "false" }),
+                ),
+                Err(e) => text_error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    &format!("failed linearized read: {e}"),
+                    Some(cid),
+                ),
+            }
         }
         _ => not_found(),
     }

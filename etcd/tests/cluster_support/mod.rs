@@ -741,3 +741,29 @@ pub fn promote_when_ready(via: &Node, id: &str, within: Duration, also_retry: &[
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// One Maintenance.Downgrade call (`action`: 0 validate, 1 enable, 2 cancel) on a member's
+/// client URL, from a runtime of its own.
+pub fn downgrade(
+    client_url: &str,
+    action: i32,
+    version: &str,
+) -> Result<proto::etcdserverpb::DowngradeResponse, tonic::Status> {
+    use proto::etcdserverpb::{DowngradeRequest, maintenance_client::MaintenanceClient};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("downgrade runtime");
+    rt.block_on(async {
+        let ep = tonic::transport::Endpoint::from_shared(client_url.to_string())
+            .expect("endpoint")
+            .timeout(Duration::from_secs(10));
+        let mut c = MaintenanceClient::new(ep.connect().await.expect("connect"));
+        c.downgrade(DowngradeRequest {
+            action,
+            version: version.to_string(),
+        })
+        .await
+        .map(|r| r.into_inner())
+    })
+}

@@ -9,6 +9,7 @@ pub mod completion;
 pub mod datascale;
 pub mod defrag;
 pub mod del;
+pub mod downgrade;
 pub mod elect;
 pub mod endpoint;
 pub mod get;

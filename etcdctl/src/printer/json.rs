@@ -385,6 +385,15 @@ impl Printer for JsonPrinter {
         line(w, &header_only(&r.header))
     }
 
+    /// etcd 3.6's etcdctl prints the DowngradeResponse itself.
+    fn downgrade(&self, w: &mut dyn Write, _verb: &str, r: &pb::DowngradeResponse) -> Result<()> {
+        let s = Obj::new()
+            .opt("header", opt_header(&r.header))
+            .str_nz("version", &r.version)
+            .finish();
+        line(w, &s)
+    }
+
     fn auth_ack(&self, w: &mut dyn Write, r: &AuthAck) -> Result<()> {
         line(w, &header_only(&r.header.cloned()))
     }

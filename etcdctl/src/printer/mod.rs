@@ -147,6 +147,10 @@ pub trait Printer: Send + Sync {
     ) -> Result<()> {
         Err(self.unsupported())
     }
+    /// `downgrade validate|enable|cancel` (`verb`).
+    fn downgrade(&self, w: &mut dyn Write, verb: &str, r: &pb::DowngradeResponse) -> Result<()> {
+        Err(self.unsupported())
+    }
     fn auth_ack(&self, w: &mut dyn Write, r: &AuthAck) -> Result<()> {
         Err(self.unsupported())
     }

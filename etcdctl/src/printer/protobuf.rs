@@ -108,6 +108,9 @@ impl Printer for ProtobufPrinter {
     ) -> Result<()> {
         raw(w, r)
     }
+    fn downgrade(&self, w: &mut dyn Write, _verb: &str, r: &pb::DowngradeResponse) -> Result<()> {
+        raw(w, r)
+    }
     fn auth_ack(&self, w: &mut dyn Write, r: &AuthAck) -> Result<()> {
         w.write_all(&r.encoded)?;
         Ok(())

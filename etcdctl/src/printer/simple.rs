@@ -276,6 +276,11 @@ impl Printer for SimplePrinter {
         Ok(())
     }
 
+    fn downgrade(&self, w: &mut dyn Write, verb: &str, r: &pb::DowngradeResponse) -> Result<()> {
+        writeln!(w, "Downgrade {verb} success, cluster version {}", r.version)?;
+        Ok(())
+    }
+
     fn auth_ack(&self, w: &mut dyn Write, r: &AuthAck) -> Result<()> {
         writeln!(w, "{}", r.message)?;
         Ok(())

@@ -204,16 +204,21 @@ fn etcd_and_ours_lead_each_other_and_forward_leases() {
     c.nodes[1].wait_healthy(Duration::from_secs(30));
 
     std::thread::sleep(Duration::from_millis(500));
+    finish_writes(writer, &c.nodes);
+    assert_hash_equal(&c.nodes.iter().collect::<Vec<_>>());
+}
+
+/// Stops the writer: more than 100 writes acknowledged, each of them on every one of `nodes`.
+fn finish_writes(writer: Writer, nodes: &[Node]) {
     let acked = writer.finish();
     assert!(
         acked.len() > 100,
         "only {} writes acknowledged",
         acked.len()
     );
-    for m in &c.nodes {
+    for m in nodes {
         assert_all_present(m, "w/", &acked);
     }
-    assert_hash_equal(&c.nodes.iter().collect::<Vec<_>>());
 }
 
 /// Writes `n` keys under `prefix` through `m` as fast as a few clients can.
@@ -424,15 +429,7 @@ fn rolling_swap_of_an_etcd_cluster_to_ours_and_back_under_writes() {
         wait_cluster_version(m, "3.4.0");
     }
     std::thread::sleep(Duration::from_millis(500));
-    let acked = writer.finish();
-    assert!(
-        acked.len() > 100,
-        "only {} writes acknowledged",
-        acked.len()
-    );
-    for m in &c.nodes {
-        assert_all_present(m, "w/", &acked);
-    }
+    finish_writes(writer, &c.nodes);
     let list = c.nodes[0].etcdctl_ok(&["member", "list"]);
     for m in &c.nodes {
         assert!(
@@ -595,15 +592,7 @@ fn two_of_ours_and_one_etcd_agree_on_the_version_and_survive_kills_of_either_lea
         std::thread::sleep(Duration::from_millis(100));
     }
     std::thread::sleep(Duration::from_millis(500));
-    let acked = writer.finish();
-    assert!(
-        acked.len() > 100,
-        "only {} writes acknowledged",
-        acked.len()
-    );
-    for m in &c.nodes {
-        assert_all_present(m, "w/", &acked);
-    }
+    finish_writes(writer, &c.nodes);
     assert_hash_equal(&c.nodes.iter().collect::<Vec<_>>());
 }
 
@@ -726,14 +715,8 @@ fn after_downgrade_enable_etcd_34_members_join_lead_and_replace_ours() {
     }
 
     std::thread::sleep(Duration::from_millis(500));
-    let acked = writer.finish();
-    assert!(
-        acked.len() > 100,
-        "only {} writes acknowledged",
-        acked.len()
-    );
+    finish_writes(writer, &c.nodes);
     for m in &c.nodes {
-        assert_all_present(m, "w/", &acked);
         let v = http_get(m, "/version");
         assert!(
             v.contains("\"etcdserver\":\"3.4.") && v.contains("\"etcdcluster\":\"3.4.0\""),

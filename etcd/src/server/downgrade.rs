@@ -16,6 +16,7 @@ use super::EtcdServer;
 use crate::error::{self, Error};
 use crate::membership::id_hex;
 use crate::mvcc::KvStore;
+use crate::transport::server::parse_version;
 use common::backend::buckets;
 
 /// The key of the job's record in the cluster bucket (etcd's `backendDowngradeKey`).
@@ -127,7 +128,10 @@ fn show((major, minor): (u64, u64)) -> String {
 /// VALIDATE: whether the cluster may be downgraded to `version` now; answers the cluster
 /// version. Read after a linearizable read, so a job another member just enabled is seen.
 pub async fn validate(server: &EtcdServer, version: &str) -> Result<String, Error> {
-    let target = target_version(version)?;
+    validate_target(server, target_version(version)?).await
+}
+
+async fn validate_target(server: &EtcdServer, target: (u64, u64)) -> Result<String, Error> {
     server.linearizable_read().await?;
     check(cluster_version(server)?, target, info(server.kv()).enabled)
 }
@@ -154,7 +158,7 @@ async fn every_member_can_apply(server: &EtcdServer) -> Result<(), Error> {
         }
         let v = crate::transport::forward::version(server.transport().http(), &m.peer_urls).await;
         let ok = match &v {
-            Ok((sv, _)) => parse_semver(sv).is_some_and(|(a, b, _)| (a, b) >= (3, 5)),
+            Ok((sv, _)) => parse_version(sv).is_some_and(|(a, b, _)| (a, b) >= (3, 5)),
             Err(_) => false,
         };
         if !ok {
@@ -183,8 +187,8 @@ async fn propose(server: &EtcdServer, r: DowngradeInfoSetRequest) -> Result<(), 
 /// leader lowers it to the target right after).
 pub async fn enable(server: &EtcdServer, version: &str) -> Result<String, Error> {
     let result = async {
-        validate(server, version).await?;
         let target = target_version(version)?;
+        validate_target(server, target).await?;
         every_member_can_apply(server).await?;
         propose(
             server,

@@ -761,7 +761,6 @@ impl EtcdServer {
             ..req.header.unwrap_or_default()
         });
         let data = req.encode_to_vec();
-        drop(req);
         async move {
             let m = &crate::metrics::METRICS;
             m.proposals_pending.inc();

@@ -194,7 +194,14 @@ fn check_raft<H: PeerHost>(server: &H, req: &http::Request<Incoming>) -> Result<
     Ok(())
 }
 
-/// Reads a whole request body, at most `max` bytes.
+/// What of an oversized body is read and dropped after the refusal, and for how long.
+const DRAIN_MAX: usize = 64 << 20;
+const DRAIN_FOR: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Reads a whole request body, at most `max` bytes. A longer one is refused, and the rest of
+/// it is read and dropped in the background (up to DRAIN_MAX, DRAIN_FOR): a connection closed
+/// with unread bytes is reset, and the reset can destroy the refusal before the client reads
+/// it (curl then sees only its "100 Continue"). Go's server lingers the same way.
 async fn read_all(body: Incoming, max: usize) -> Result<Bytes, ()> {
     let mut body = body;
     let mut out = bytes::BytesMut::new();
@@ -202,12 +209,28 @@ async fn read_all(body: Incoming, max: usize) -> Result<Bytes, ()> {
         let frame = frame.map_err(|_| ())?;
         if let Some(d) = frame.data_ref() {
             if out.len() + d.len() > max {
+                tokio::spawn(drain(body));
                 return Err(());
             }
             out.extend_from_slice(d);
         }
     }
     Ok(out.freeze())
+}
+
+/// Reads and drops what is left of a refused body, within bounds.
+async fn drain(mut body: Incoming) {
+    let mut left = DRAIN_MAX;
+    let _ = tokio::time::timeout(DRAIN_FOR, async {
+        while let Some(Ok(frame)) = body.frame().await {
+            let n = frame.data_ref().map_or(0, |d| d.len());
+            if n >= left {
+                return;
+            }
+            left -= n;
+        }
+    })
+    .await;
 }
 
 /// The member list as `/members` answers it: sorted by ID, etcd's JSON, and a newline.

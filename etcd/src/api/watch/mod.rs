@@ -182,6 +182,11 @@ impl StreamState {
                 )
                 .await;
         }
+        if c.watch_id == 0 {
+            // An id the server chose is never handed out again on this stream, as etcd's:
+            // a late answer of a canceled watch must not look like one of its successor's.
+            self.next_id = id + 1;
+        }
         let spec = WatchSpec {
             key: c.key,
             range_end: c.range_end,
@@ -344,12 +349,13 @@ impl StreamState {
                     if self.watchers.remove(&id).is_some() {
                         METRICS.watchers.dec();
                     }
+                    // No cancel_reason, as etcd: clients read the compact_revision (clientv3
+                    // turns it into ErrCompacted).
                     let resp = WatchResponse {
                         header: self.header(0),
                         watch_id: id,
                         canceled: true,
                         compact_revision: store.compact_rev(),
-                        cancel_reason: errors::COMPACTED.message.to_string(),
                         ..Default::default()
                     };
                     return self.send(resp.into()).await;

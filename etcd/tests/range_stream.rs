@@ -294,3 +294,131 @@ fn merged_chunks_equal_the_unary_range() {
         );
     });
 }
+
+/// Keys of the huge range (ETCD_RS_STREAM_KEYS overrides, for a quick local run).
+const HUGE_KEYS: usize = 1_000_000;
+const HUGE_VALUE: usize = 200;
+/// How much the server's heap may grow while it streams the huge range.
+const HUGE_BOUND: u64 = 64 << 20;
+
+/// The server's anonymous (heap) resident memory, in bytes.
+fn rss_anon(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("RssAnon:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+#[test]
+fn a_range_of_a_million_keys_streams_in_bounded_memory() {
+    let keys = std::env::var("ETCD_RS_STREAM_KEYS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(HUGE_KEYS);
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let ours = RealEtcd::start_bin(
+        OURS,
+        &tmp.path().join("m"),
+        "m",
+        &[
+            "--max-txn-ops",
+            "1000",
+            "--quota-backend-bytes",
+            "8589934592",
+        ],
+    );
+    let pid = ours.child.as_ref().expect("running").id();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        // Four loaders, txns of 1000 puts.
+        let mut loaders = Vec::new();
+        for l in 0..4 {
+            let url = ours.client_url.clone();
+            loaders.push(tokio::spawn(async move {
+                let mut c = KvClient::connect(url).await.expect("connect");
+                for t in (l..keys.div_ceil(1000)).step_by(4) {
+                    let ops = (t * 1000..((t + 1) * 1000).min(keys))
+                        .map(|i| put_op(format!("h/{i:07}"), vec![b'a' + (i % 26) as u8; HUGE_VALUE]))
+                        .collect();
+                    c.txn(TxnRequest {
+                        success: ops,
+                        ..Default::default()
+                    })
+                    .await
+                    .expect("load");
+                }
+            }));
+        }
+        for l in loaders {
+            l.await.expect("loader");
+        }
+        let before = rss_anon(pid);
+        // Sample the heap while the stream is read, a little slowly, as a client busy with
+        // what it received would.
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sampler = {
+            let done = done.clone();
+            std::thread::spawn(move || {
+                let mut peak = 0;
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    peak = peak.max(rss_anon(pid));
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+                peak
+            })
+        };
+        let mut c = KvClient::connect(ours.client_url.clone())
+            .await
+            .expect("connect")
+            .max_decoding_message_size(64 << 20);
+        let mut s = c
+            .range_stream(req("h/", "h0"))
+            .await
+            .expect("range stream")
+            .into_inner();
+        let (mut got, mut bytes, mut chunks, mut last) = (0usize, 0usize, 0usize, Vec::new());
+        let mut tail = RangeResponse::default();
+        while let Some(m) = s.message().await.expect("a chunk") {
+            let r = m.range_response.unwrap_or_default();
+            for kv in &r.kvs {
+                assert!(kv.key > last, "keys out of order at {}", got);
+                assert_eq!(kv.key, format!("h/{got:07}").into_bytes(), "key {got}");
+                assert_eq!(kv.value.len(), HUGE_VALUE);
+                bytes += kv.key.len() + kv.value.len();
+                last.clone_from(&kv.key);
+                got += 1;
+            }
+            chunks += 1;
+            tail = RangeResponse {
+                count: r.count,
+                more: r.more,
+                ..Default::default()
+            };
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        let peak = sampler.join().expect("sampler");
+        let grew = peak.saturating_sub(before);
+        eprintln!(
+            "{got} keys ({} MiB) in {chunks} chunks; server heap {} MiB before, peak {} MiB (+{} MiB)",
+            bytes >> 20,
+            before >> 20,
+            peak >> 20,
+            grew >> 20
+        );
+        assert_eq!(got, keys, "every key streamed");
+        assert_eq!((tail.count, tail.more), (keys as i64, false), "the last chunk's count");
+        if keys == HUGE_KEYS {
+            // The bound means something only if the range is much bigger than it.
+            assert!(bytes as u64 > 2 * HUGE_BOUND);
+        }
+        assert!(
+            grew <= HUGE_BOUND,
+            "the server's heap grew {} MiB while streaming {} MiB",
+            grew >> 20,
+            bytes >> 20
+        );
+    });
+}

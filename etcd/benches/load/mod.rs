@@ -24,6 +24,12 @@
 //          every watch is created, 32 clients put BENCH_WATCH_PUTS (8000) values unthrottled
 //          (put i: key i % 100, its value starts with i). Events/s = events received / (first
 //          put sent → last event received); latency = put sent → event received, per event.
+// progress the watch workload again with every stream also asking for progress
+//          (WatchProgressRequest, as kube-apiserver does for consistent reads from its cache)
+//          every 100 ms once its watches are created: events/s as above, and the progress
+//          latency, from the oldest request not yet answered to the progress answer (one answer
+//          covers every request before it; etcd 3.4 drops a request that finds a watcher
+//          unsynced, so requests answered is a row too).
 // db       end of run: db file and pages in use per revision written (the faster server wrote
 //          more revisions in the timed loads), and the peak RSS so far.
 // compact  every key is deleted and the history so far compacted (untimed); BENCH_COMPACT_REVS
@@ -54,8 +60,8 @@ use std::time::{Duration, Instant};
 use proto::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
 use proto::etcdserverpb::{
     CompactionRequest, Compare, DeleteRangeRequest, PutRequest, RangeRequest, RequestOp,
-    TxnRequest, WatchCreateRequest, WatchRequest, kv_client::KvClient, request_op,
-    watch_client::WatchClient, watch_request,
+    TxnRequest, WatchCreateRequest, WatchProgressRequest, WatchRequest, kv_client::KvClient,
+    request_op, watch_client::WatchClient, watch_request,
 };
 use tonic::transport::{Channel, Endpoint};
 
@@ -426,7 +432,7 @@ pub fn run_suite(
         ..Table::default()
     };
     let workloads = [
-        "keys", "put1", "put64", "txn", "range", "prefix", "watch", "db", "compact",
+        "keys", "put1", "put64", "txn", "range", "prefix", "watch", "progress", "db", "compact",
     ];
     for (k, w) in workloads.iter().enumerate() {
         if !cfg.wants(w) {
@@ -511,7 +517,8 @@ async fn workload(w: &str, t: &Target, cfg: &Config, cluster: bool) -> Measured 
             m.absorb(&fill);
             m
         }
-        "watch" => watch_fanout(t, cfg).await,
+        "watch" => watch_fanout(t, cfg, None).await,
+        "progress" => watch_fanout(t, cfg, Some(Duration::from_millis(100))).await,
         "db" => end_of_run(t).await,
         "compact" => compaction(t, cfg).await,
         _ => Measured::default(),
@@ -859,6 +866,10 @@ async fn end_of_run(t: &Target) -> Measured {
 #[derive(Default)]
 struct StreamResult {
     events: u64,
+    /// Progress: requests sent, answers received, ms from the oldest unanswered request.
+    progress_asked: u64,
+    progress_answered: u64,
+    progress_ms: Vec<f64>,
     lat_ms: Vec<f64>,
     last: Option<Instant>,
     out_of_order: u64,
@@ -867,6 +878,8 @@ struct StreamResult {
 
 /// One watch stream carrying a watch on each of `keys`, until it has `expect` events (or has
 /// been idle for 30 s). Sends one message on `ready` once every watch is created or it failed.
+/// With `progress_every`, a progress request goes on the stream that often once every watch
+/// is created.
 async fn watch_stream(
     chan: Channel,
     keys: Vec<Vec<u8>>,
@@ -874,6 +887,7 @@ async fn watch_stream(
     base: Instant,
     sent: Arc<Vec<AtomicU64>>,
     ready: tokio::sync::mpsc::Sender<()>,
+    progress_every: Option<Duration>,
 ) -> StreamResult {
     let mut r = StreamResult::default();
     let (tx, rx) = tokio::sync::mpsc::channel(keys.len() + 1);
@@ -903,6 +917,10 @@ async fn watch_stream(
     };
     let mut created = 0;
     let mut last_rev: HashMap<i64, i64> = HashMap::new();
+    // The oldest progress request not answered yet, and how many were sent.
+    let pending: Arc<std::sync::Mutex<Option<Instant>>> = Arc::default();
+    let asked = Arc::new(AtomicU64::new(0));
+    let mut asker: Option<tokio::task::JoinHandle<()>> = None;
     while r.events < expect {
         let msg = match tokio::time::timeout(Duration::from_secs(30), stream.message()).await {
             Err(_) => Err("no watch response for 30 s".to_string()),
@@ -922,7 +940,41 @@ async fn watch_stream(
             if created == keys.len() {
                 signalled = true;
                 let _ = ready.send(()).await;
+                if let Some(every) = progress_every {
+                    let (tx, pending, asked) = (tx.clone(), pending.clone(), asked.clone());
+                    asker = Some(tokio::spawn(async move {
+                        let mut tick = tokio::time::interval(every);
+                        loop {
+                            tick.tick().await;
+                            let req = WatchRequest {
+                                request_union: Some(watch_request::RequestUnion::ProgressRequest(
+                                    WatchProgressRequest {},
+                                )),
+                            };
+                            pending
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .get_or_insert_with(Instant::now);
+                            asked.fetch_add(1, Ordering::Relaxed);
+                            if tx.send(req).await.is_err() {
+                                return;
+                            }
+                        }
+                    }));
+                }
             }
+            if !m.canceled {
+                continue;
+            }
+        }
+        if m.events.is_empty() && !m.canceled {
+            // A progress answer: it answers every request sent before it.
+            let oldest = pending.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(at) = oldest {
+                r.progress_ms.push(at.elapsed().as_secs_f64() * 1e3);
+            }
+            r.progress_answered += 1;
+            continue;
         }
         if m.canceled {
             r.error = Some(format!("watch canceled: {}", m.cancel_reason));
@@ -953,12 +1005,17 @@ async fn watch_stream(
     if !signalled {
         let _ = ready.send(()).await;
     }
+    if let Some(a) = asker {
+        a.abort();
+    }
+    r.progress_asked = asked.load(Ordering::Relaxed);
     drop(tx);
     r
 }
 
-/// The watch fan-out workload (see the top of this file).
-async fn watch_fanout(t: &Target, cfg: &Config) -> Measured {
+/// The watch fan-out workload (see the top of this file), with progress requests every
+/// `progress_every` on each stream for the progress workload.
+async fn watch_fanout(t: &Target, cfg: &Config, progress_every: Option<Duration>) -> Measured {
     let (w, k, p) = (cfg.watchers, cfg.watch_keys, cfg.watch_puts);
     let key = move |i: usize| format!("fan/{:03}", i % k);
     // Events each watcher on key kk gets: the puts i < p with i % k == kk.
@@ -982,6 +1039,7 @@ async fn watch_fanout(t: &Target, cfg: &Config) -> Measured {
             base,
             sent.clone(),
             ready_tx.clone(),
+            progress_every,
         )));
     }
     drop(ready_tx);
@@ -995,9 +1053,13 @@ async fn watch_fanout(t: &Target, cfg: &Config) -> Measured {
     let mut m = Measured::default();
     m.absorb(&puts);
     let (mut events, mut lat, mut last, mut disorder) = (0, Vec::new(), first_put, 0);
+    let (mut asked, mut answered, mut progress_ms) = (0, 0, Vec::new());
     for t in tasks {
         let r = t.await.expect("watch task panicked");
         events += r.events;
+        asked += r.progress_asked;
+        answered += r.progress_answered;
+        progress_ms.extend(r.progress_ms);
         lat.extend(r.lat_ms);
         last = last.max(r.last.unwrap_or(first_put));
         disorder += r.out_of_order;
@@ -1011,7 +1073,10 @@ async fn watch_fanout(t: &Target, cfg: &Config) -> Measured {
     }
     let lat = sorted(lat);
     let secs = (last - first_put).as_secs_f64();
-    let what = format!("{w} watchers, {k} keys, {p} puts");
+    let what = match progress_every {
+        None => format!("{w} watchers, {k} keys, {p} puts"),
+        Some(d) => format!("{w} watchers, progress every {} ms", d.as_millis()),
+    };
     m.row(
         format!("watch events/s, {what}"),
         if secs > 0.0 {
@@ -1026,9 +1091,34 @@ async fn watch_fanout(t: &Target, cfg: &Config) -> Measured {
         events as f64,
         "",
     );
-    m.row("watch delivery ms p50", percentile(&lat, 0.5), "");
-    m.row("watch delivery ms p99", percentile(&lat, 0.99), "≤ 0.7");
-    m.cpu("watch, per event delivered", cpu_us_per_op(cpu, events));
+    if progress_every.is_none() {
+        m.row("watch delivery ms p50", percentile(&lat, 0.5), "");
+        m.row("watch delivery ms p99", percentile(&lat, 0.99), "≤ 0.7");
+        m.cpu("watch, per event delivered", cpu_us_per_op(cpu, events));
+        return m;
+    }
+    let progress_ms = sorted(progress_ms);
+    m.row(
+        "  delivery ms p99, with progress requests",
+        percentile(&lat, 0.99),
+        "",
+    );
+    m.row("  progress requests sent", asked as f64, "");
+    m.row("  progress answers received", answered as f64, "");
+    m.row(
+        "  progress latency ms p50",
+        percentile(&progress_ms, 0.5),
+        "",
+    );
+    m.row(
+        "  progress latency ms p99",
+        percentile(&progress_ms, 0.99),
+        "",
+    );
+    m.cpu(
+        "watch with progress requests, per event delivered",
+        cpu_us_per_op(cpu, events),
+    );
     m
 }
 

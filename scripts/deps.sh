@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the tests need from Debian when it is missing: the real etcd 3.4 server and Go
 # etcdctl (the compatibility oracle), curl (HTTP checks), cc and make (jemalloc's build),
-# Patroni and PostgreSQL 15 (a real client program of the JSON gateway). Safe to run again;
-# does nothing when all is present.
+# Patroni and PostgreSQL 15 (a real client program of the JSON gateway), and etcd 3.5 (Debian
+# trixie's etcd-server, unpacked into /opt/etcd-3.5, not installed: mixed clusters with 3.5
+# members). Safe to run again; does nothing when all is present.
 set -euo pipefail
 missing=()
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
@@ -20,6 +21,25 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+# etcd 3.5 for tests/mixed_cluster.rs: trixie's package, fetched with apt through a source list
+# of its own (the system's sources and packages stay bookworm's) and unpacked with dpkg -x; its
+# binaries need only libc. ETCD35_DIR moves it.
+etcd35="${ETCD35_DIR:-/opt/etcd-3.5}"
+if [ ! -x "$etcd35/etcd" ]; then
+  echo "deps.sh: fetching etcd 3.5 (Debian trixie's etcd-server) into $etcd35" >&2
+  work="$(mktemp -d)"
+  mkdir -p "$work/lists/partial" "$work/x"
+  echo "deb http://deb.debian.org/debian trixie main" >"$work/sources.list"
+  apt_opts=(-o "Dir::Etc::sourcelist=$work/sources.list" -o "Dir::Etc::sourceparts=-"
+    -o "Dir::State::Lists=$work/lists" -o "APT::Sandbox::User=root")
+  apt-get "${apt_opts[@]}" update -qq
+  (cd "$work" && apt-get "${apt_opts[@]}" download -qq etcd-server etcd-client)
+  for deb in "$work"/*.deb; do dpkg -x "$deb" "$work/x"; done
+  mkdir -p "$etcd35"
+  cp "$work/x/usr/bin/etcd" "$work/x/usr/bin/etcdctl" "$etcd35/"
+  rm -rf "$work"
+fi
+"$etcd35/etcd" --version | sed -n 1p >&2
 # Debian's package may start a system etcd; our tests pick free ports, so it does not matter.
 # sed reads all of it: head would close the pipe early, and with pipefail a SIGPIPE in etcd
 # fails the script now and then.

@@ -18,6 +18,17 @@ const ETCD: &str = "etcd";
 
 const FAST: &[&str] = &["--heartbeat-interval", "50", "--election-timeout", "500"];
 
+/// etcd 3.5 (Debian trixie's etcd-server, which scripts/deps.sh unpacks into /opt/etcd-3.5).
+fn etcd35() -> String {
+    let dir = std::env::var("ETCD35_DIR").unwrap_or_else(|_| "/opt/etcd-3.5".to_string());
+    let bin = format!("{dir}/etcd");
+    assert!(
+        std::path::Path::new(&bin).exists(),
+        "{bin} (etcd 3.5) is missing: run scripts/deps.sh"
+    );
+    bin
+}
+
 fn tmp() -> tempfile::TempDir {
     tempfile::tempdir().expect("temp dir")
 }
@@ -238,6 +249,17 @@ fn write_many(m: &Node, prefix: &str, n: usize) -> Vec<String> {
 
 #[test]
 fn snapshots_go_from_an_etcd_leader_to_ours_and_from_ours_to_etcd() {
+    snapshots_both_ways(ETCD);
+}
+
+#[test]
+fn snapshots_go_from_an_etcd_35_leader_to_ours_and_from_ours_to_etcd_35() {
+    snapshots_both_ways(&etcd35());
+}
+
+/// A member of ours far behind an etcd leader (of `etcd`'s binary) catches up by its snapshot,
+/// and an etcd member far behind our leader by ours; the etcd member restarts from it.
+fn snapshots_both_ways(etcd: &str) {
     let dir = tmp();
     // etcd 3.4 keeps 5000 entries for slow followers, whatever the flags; ours is told the
     // same so both kinds of leader must send a snapshot to a member 6000 entries behind.
@@ -246,7 +268,7 @@ fn snapshots_go_from_an_etcd_leader_to_ours_and_from_ours_to_etcd() {
         .copied()
         .chain(["--snapshot-count", "1000"])
         .collect();
-    let mut c = start_mixed(dir.path(), &[ETCD, OURS, ETCD], &flags);
+    let mut c = start_mixed(dir.path(), &[etcd, OURS, etcd], &flags);
 
     // An etcd leader, our member far behind: it gets the leader's snapshot.
     move_leader(&c, 0);
@@ -266,7 +288,7 @@ fn snapshots_go_from_an_etcd_leader_to_ours_and_from_ours_to_etcd() {
     move_leader(&c, 1);
     c.nodes[2].stop();
     let acked_b = write_many(&c.nodes[1], "b/", 6000);
-    c.nodes[2].spawn(ETCD);
+    c.nodes[2].spawn(etcd);
     c.nodes[2].wait_healthy(Duration::from_secs(60));
     c.nodes[2].wait_local(
         acked_b.last().expect("a write"),
@@ -282,7 +304,7 @@ fn snapshots_go_from_an_etcd_leader_to_ours_and_from_ours_to_etcd() {
     assert_all_present(&c.nodes[2], "b/", &acked_b);
     // The etcd member restarts from what it received (its own .snap and db).
     c.nodes[2].stop();
-    c.nodes[2].spawn(ETCD);
+    c.nodes[2].spawn(etcd);
     c.nodes[2].wait_healthy(Duration::from_secs(30));
     let list = c.nodes[2].etcdctl_ok(&["member", "list"]);
     assert_eq!(list.lines().count(), 3, "{list}");
@@ -328,8 +350,19 @@ fn promote(c: &Cluster, via: usize, name: &str) {
 
 #[test]
 fn ours_joins_an_etcd_cluster_and_etcd_joins_ours_as_learners() {
+    joins_as_learners(ETCD);
+}
+
+#[test]
+fn ours_joins_an_etcd_35_cluster_and_etcd_35_joins_ours_as_learners() {
+    joins_as_learners(&etcd35());
+}
+
+/// Ours joins a cluster of `etcd`'s binary as a learner, is promoted, leads and removes an etcd
+/// member; then an etcd member joins through our leader as a learner and is promoted by it.
+fn joins_as_learners(etcd: &str) {
     let dir = tmp();
-    let mut c = start_mixed(dir.path(), &[ETCD, ETCD, ETCD], FAST);
+    let mut c = start_mixed(dir.path(), &[etcd, etcd, etcd], FAST);
     let writer = Writer::start_many(
         c.nodes.iter().map(|m| m.client_url.clone()).collect(),
         "w/",
@@ -360,7 +393,7 @@ fn ours_joins_an_etcd_cluster_and_etcd_joins_ours_as_learners() {
 
     // An etcd member joins through our leader as a learner and is promoted by it.
     let mut m5 = Node::new_for_join(dir.path(), "m5");
-    add_member(&c, 3, &mut m5, ETCD, true);
+    add_member(&c, 3, &mut m5, etcd, true);
     c.nodes[3].etcdctl_ok(&["put", "before-m5", "x"]);
     m5.wait_local("before-m5", "x", Duration::from_secs(30));
     promote(&c, 3, "m5");
@@ -427,6 +460,44 @@ fn rolling_swap_of_an_etcd_cluster_to_ours_and_back_under_writes() {
     swap(&mut c, 2, ETCD, &writer);
     for m in &c.nodes {
         wait_cluster_version(m, "3.4.0");
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    finish_writes(writer, &c.nodes);
+    let list = c.nodes[0].etcdctl_ok(&["member", "list"]);
+    for m in &c.nodes {
+        assert!(
+            list.contains(&format!(
+                ", started, {}, {}, {}",
+                m.name, m.advertise_peer, m.client_url
+            )),
+            "{list}"
+        );
+    }
+}
+
+/// The same rolling replacement on a cluster of etcd 3.5 (3.5.16): each member in turn to ours
+/// on its own data dir, then each back to etcd 3.5, under writes; the cluster stays at version
+/// 3.5 throughout, each swapped member leads, every acknowledged write is on every member.
+#[test]
+fn rolling_swap_of_an_etcd_35_cluster_to_ours_and_back_under_writes() {
+    let dir = tmp();
+    let e35 = etcd35();
+    let e35 = e35.as_str();
+    let mut c = start_mixed(dir.path(), &[e35, e35, e35], FAST);
+    wait_cluster_version(&c.nodes[0], "3.5.0");
+    let writer = Writer::start_many(
+        c.nodes.iter().map(|m| m.client_url.clone()).collect(),
+        "w/",
+        4,
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    for i in 0..3 {
+        swap(&mut c, i, OURS, &writer);
+        wait_cluster_version(&c.nodes[(i + 1) % 3], "3.5.0");
+    }
+    for i in 0..3 {
+        swap(&mut c, i, e35, &writer);
+        wait_cluster_version(&c.nodes[(i + 1) % 3], "3.5.0");
     }
     std::thread::sleep(Duration::from_millis(500));
     finish_writes(writer, &c.nodes);

@@ -662,7 +662,8 @@ fn a_watch_to_the_end_of_the_keyspace_needs_read_on_all_of_it() {
 /// What a txn of one put answers for bob, who may write "w" but read nothing: with prev_kv
 /// (which would show him the value he replaces), and under a lease that holds "secret" (which
 /// he may not write). Both must be denied, as a put outside a txn is (etcd's 2026 fix, #21677:
-/// 3.4.23 checked only the write permission of a txn's puts).
+/// 3.4.23 checked only the write permission of a txn's puts). Then a range, a put and a delete
+/// of "secret" in a txn nested in a txn (CVE-2026-33343, fixed in 3.4.42).
 fn txn_put_side_channels(bin: &str) -> Vec<Result<bool, String>> {
     use proto::etcdserverpb::{
         LeaseGrantRequest, PutRequest, RequestOp, TxnRequest, lease_client::LeaseClient, request_op,
@@ -739,18 +740,65 @@ fn txn_put_side_channels(bin: &str) -> Vec<Result<bool, String>> {
                     .map_err(|s| s.message().to_string()),
             );
         }
+        // CVE-2026-33343: a txn nested in a txn must be checked as the outer one is: a read,
+        // a write and a delete of "secret" inside an inner txn.
+        let secret = b"secret".to_vec();
+        let inner_ops = [
+            request_op::Request::RequestRange(proto::etcdserverpb::RangeRequest {
+                key: secret.clone(),
+                ..Default::default()
+            }),
+            request_op::Request::RequestPut(PutRequest {
+                key: secret.clone(),
+                value: b"bob's".to_vec(),
+                ..Default::default()
+            }),
+            request_op::Request::RequestDeleteRange(proto::etcdserverpb::DeleteRangeRequest {
+                key: secret.clone(),
+                ..Default::default()
+            }),
+        ];
+        for op in inner_ops {
+            let nested = RequestOp {
+                request: Some(request_op::Request::RequestTxn(TxnRequest {
+                    success: vec![RequestOp { request: Some(op) }],
+                    ..Default::default()
+                })),
+            };
+            let r = kv
+                .txn(with_token(
+                    TxnRequest {
+                        success: vec![nested],
+                        ..Default::default()
+                    },
+                    &t,
+                ))
+                .await;
+            out.push(
+                r.map(|r| r.into_inner().succeeded)
+                    .map_err(|s| s.message().to_string()),
+            );
+        }
         out
     })
 }
 
 #[test]
-fn a_txn_put_needs_read_for_prev_kv_and_write_on_its_lease_keys() {
+fn txn_ops_nested_or_with_prev_kv_or_a_lease_are_checked_as_plain_ones() {
     let ours = txn_put_side_channels(OURS);
     let denied = Err("etcdserver: permission denied".to_string());
     assert_eq!(
         ours,
-        vec![Ok(true), denied.clone(), denied],
-        "a plain put is allowed; with prev_kv or under the lease it is not"
+        vec![
+            Ok(true),
+            denied.clone(),
+            denied.clone(),
+            denied.clone(),
+            denied.clone(),
+            denied
+        ],
+        "a plain put is allowed; with prev_kv or under the lease it is not, nor a read, write \
+         or delete of a key bob may not touch inside a nested txn"
     );
     // etcd 3.4.23 predates the fix; its answers are printed for the record only.
     eprintln!(

@@ -240,3 +240,60 @@ fn a_removed_member_and_a_peer_streaming_garbage_are_refused_and_logged_once() {
     assert_eq!((code, body.as_str()), (410, "removed member\n"));
     m.etcdctl_ok(&["put", "k", "v2"]);
 }
+
+/// A snapshot sender that stops sending halfway: the member cuts it off after the 30 s chunk
+/// timeout with a 400, logs it once, keeps serving meanwhile and keeps no part of the db.
+#[test]
+fn a_stalled_snapshot_sender_is_cut_off_and_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let c = Cluster::start(OURS, dir.path(), 1, false, FAST);
+    let m = &c.nodes[0];
+    let (cid, mid) = ids(m);
+    let addr = m.listen_peer.trim_start_matches("http://").to_string();
+    let mut s = std::net::TcpStream::connect(&addr).expect("connect to the peer port");
+    let head = format!(
+        "POST /raft/snapshot HTTP/1.1\r\nHost: {addr}\r\nX-Etcd-Cluster-ID: {cid}\r\n\
+         X-Server-Version: 3.4.23\r\nX-Server-From: 1\r\nX-Raft-To: {mid}\r\n\
+         Content-Type: application/octet-stream\r\nContent-Length: 1000000\r\n\r\n"
+    );
+    s.write_all(head.as_bytes()).expect("send headers");
+    // A message frame's length and the start of it, then nothing more.
+    s.write_all(&64u64.to_be_bytes()).expect("send");
+    s.write_all(&[0x08; 10]).expect("send");
+    s.flush().expect("flush");
+    let started = Instant::now();
+    // The member serves while the sender stalls.
+    m.etcdctl_ok(&["put", "during-the-stall", "v"]);
+    s.set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("read timeout");
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 1024];
+    while let Ok(n) = s.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        answer.extend_from_slice(&buf[..n]);
+        if answer.windows(23).any(|w| w == b"snapshot sender stalled") {
+            break;
+        }
+    }
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    assert!(
+        answer.starts_with("HTTP/1.1 400") && answer.contains("snapshot sender stalled"),
+        "after {:?}: {answer:?}",
+        started.elapsed()
+    );
+    eprintln!("cut off after {:?}", started.elapsed());
+    let snap = m.data_dir.join("member").join("snap");
+    let leftovers: Vec<_> = std::fs::read_dir(&snap)
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(
+        leftovers
+            .iter()
+            .all(|n| !n.to_string_lossy().contains(".snap.db")),
+        "{leftovers:?}"
+    );
+    assert_eq!(log_count(m, "refused a snapshot"), 1);
+    m.etcdctl_ok(&["put", "after-the-stall", "v"]);
+}

@@ -1,9 +1,11 @@
-// Clusters of real etcd 3.4 members (Debian's etcd-server) and ours, speaking etcd's peer
-// protocol: both kinds lead, snapshots go both ways, members join each other, a rolling swap,
-// and the way back from ours to etcd 3.4 through etcd 3.5's Downgrade.
+// Clusters of real etcd 3.4 and 3.5 members (Debian's etcd-server) and ours, speaking etcd's
+// peer protocol, plain and TLS: both kinds lead, snapshots go both ways, members join each
+// other, rolling swaps, and the way back from ours to etcd 3.4 through etcd 3.5's Downgrade.
 
 #[path = "../../common/tests/support/mod.rs"]
 mod support;
+
+mod pki;
 
 #[path = "cluster_support/mod.rs"]
 mod cluster_support;
@@ -511,6 +513,61 @@ fn rolling_swap_of_an_etcd_35_cluster_to_ours_and_back_under_writes() {
             "{list}"
         );
     }
+}
+
+/// etcd 3.4, ours and etcd 3.5 in one cluster whose peers talk TLS with the --peer-* flags
+/// (certificates of one CA, --peer-client-cert-auth): each kind leads in turn, every write is
+/// on every member, hashes are equal. The cluster version is the lowest member's, 3.4.
+#[test]
+fn etcd_34_ours_and_etcd_35_form_one_cluster_over_peer_tls() {
+    let dir = tmp();
+    let pki = pki::make_pki(dir.path());
+    let s = |p: &std::path::Path| p.to_string_lossy().into_owned();
+    let tls = [
+        "--peer-cert-file".to_string(),
+        s(&pki.server_cert),
+        "--peer-key-file".to_string(),
+        s(&pki.server_key),
+        "--peer-trusted-ca-file".to_string(),
+        s(&pki.ca),
+        "--peer-client-cert-auth".to_string(),
+    ];
+    let flags: Vec<&str> = FAST
+        .iter()
+        .copied()
+        .chain(tls.iter().map(String::as_str))
+        .collect();
+    let mut nodes = cluster_support::members(&dir.path().join("c"), 3, false, &flags, |m| {
+        m.listen_peer = m.listen_peer.replace("http://", "https://");
+        m.advertise_peer = m.advertise_peer.replace("http://", "https://");
+    });
+    let e35 = etcd35();
+    for (m, bin) in nodes.iter_mut().zip([ETCD, OURS, e35.as_str()]) {
+        m.spawn(bin);
+    }
+    for m in &mut nodes {
+        m.wait_healthy(Duration::from_secs(30));
+    }
+    let c = Cluster {
+        bin: ETCD.to_string(),
+        nodes,
+    };
+    let writer = Writer::start_many(
+        c.nodes.iter().map(|m| m.client_url.clone()).collect(),
+        "w/",
+        4,
+    );
+    for to in [1, 0, 2, 1] {
+        move_leader(&c, to);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    for m in &c.nodes {
+        wait_cluster_version(m, "3.4.0");
+    }
+    let list = c.nodes[1].etcdctl_ok(&["member", "list"]);
+    assert_eq!(list.matches("https://127.0.0.1:").count(), 3, "{list}");
+    finish_writes(writer, &c.nodes);
+    assert_hash_equal(&c.nodes.iter().collect::<Vec<_>>());
 }
 
 /// Starts member `name` of a unix-socket cluster in `dir` (its working directory, where the

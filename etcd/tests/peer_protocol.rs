@@ -60,6 +60,20 @@ fn ids(m: &Node) -> (String, String) {
     )
 }
 
+/// No received db (`<index>.snap.db`, or a part of one) is left in the member's snap dir.
+fn assert_no_snap_db(m: &Node) {
+    let snap = m.data_dir.join("member").join("snap");
+    let leftovers: Vec<_> = std::fs::read_dir(&snap)
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(
+        leftovers
+            .iter()
+            .all(|n| !n.to_string_lossy().contains(".snap.db")),
+        "{leftovers:?}"
+    );
+}
+
 fn log_count(m: &Node, needle: &str) -> usize {
     std::fs::read_to_string(m.log_path())
         .unwrap_or_default()
@@ -136,16 +150,7 @@ fn requests_from_another_cluster_a_bad_version_or_with_bad_bodies_are_refused() 
     );
     assert_eq!(code / 100, 4, "truncated snapshot answered {code}");
     // No half-received db is left behind.
-    let snap = m.data_dir.join("member").join("snap");
-    let leftovers: Vec<_> = std::fs::read_dir(&snap)
-        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
-        .unwrap_or_default();
-    assert!(
-        leftovers
-            .iter()
-            .all(|n| !n.to_string_lossy().ends_with(".snap.db")),
-        "{leftovers:?}"
-    );
+    assert_no_snap_db(m);
     // An oversized lease renewal is refused without reading it all.
     let big = dir.path().join("big");
     std::fs::write(&big, vec![0u8; 8 << 20]).expect("write");
@@ -284,16 +289,85 @@ fn a_stalled_snapshot_sender_is_cut_off_and_leaves_nothing_behind() {
         started.elapsed()
     );
     eprintln!("cut off after {:?}", started.elapsed());
-    let snap = m.data_dir.join("member").join("snap");
-    let leftovers: Vec<_> = std::fs::read_dir(&snap)
-        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
-        .unwrap_or_default();
-    assert!(
-        leftovers
-            .iter()
-            .all(|n| !n.to_string_lossy().contains(".snap.db")),
-        "{leftovers:?}"
-    );
+    assert_no_snap_db(m);
     assert_eq!(log_count(m, "refused a snapshot"), 1);
     m.etcdctl_ok(&["put", "after-the-stall", "v"]);
+}
+
+/// A peer that answers a joining member's questions as a member of an etcd 3.6 cluster would:
+/// `/members` lists it and the joining member, `/version` says 3.6.
+fn newer_cluster_peer(joining_peer_url: String) -> String {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", l.local_addr().expect("addr"));
+    let me = url.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            let mut buf = [0u8; 4096];
+            let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+            let n = s.read(&mut buf).unwrap_or(0);
+            let req = String::from_utf8_lossy(&buf[..n]).into_owned();
+            let body = if req.starts_with("GET /members ") {
+                format!(
+                    "[{{\"id\":4660,\"name\":\"m1\",\"peerURLs\":[\"{me}\"],\"clientURLs\":[\"{me}\"]}},\
+                     {{\"id\":4661,\"peerURLs\":[\"{joining_peer_url}\"]}}]\n"
+                )
+            } else if req.starts_with("GET /version ") {
+                "{\"etcdserver\":\"3.6.2\",\"etcdcluster\":\"3.6.0\"}".to_string()
+            } else {
+                String::new()
+            };
+            let status = if body.is_empty() {
+                "404 Not Found"
+            } else {
+                "200 OK"
+            };
+            let _ = s.write_all(
+                format!(
+                    "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nX-Etcd-Cluster-ID: abcd\r\n\
+                     Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+                .as_bytes(),
+            );
+        }
+    });
+    url
+}
+
+/// A member joining a cluster whose version is above its own (3.6 here, ours is 3.5) refuses to
+/// start, with etcd's message, and writes no data dir.
+#[test]
+fn joining_a_cluster_of_a_newer_version_is_refused() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut m = Node::new_for_join(dir.path(), "new");
+    let peer = newer_cluster_peer(m.advertise_peer.clone());
+    m.initial_cluster = format!("m1={peer},new={}", m.advertise_peer);
+    m.state = "existing";
+    m.extra = FAST.iter().map(|s| s.to_string()).collect();
+    m.spawn(OURS);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = m.exited() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the member did not stop; log ends:\n{}",
+            m.log_tail(10)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    m.child = None;
+    assert!(!status.success(), "exited with {status}");
+    assert!(
+        log_count(&m, "incompatible with current running cluster") >= 1,
+        "log ends:\n{}",
+        m.log_tail(10)
+    );
+    assert_eq!(
+        log_count(&m, "cluster version of remote member is not compatible"),
+        1
+    );
+    assert!(!m.data_dir.join("member").join("wal").exists());
 }

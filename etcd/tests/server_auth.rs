@@ -715,35 +715,21 @@ fn txn_put_side_channels(bin: &str) -> Vec<Result<bool, String>> {
     rt().block_on(async {
         let t = token(&url, "bob", "bpw").await;
         let mut kv = KvClient::connect(url.clone()).await.expect("connect");
-        let mut out = Vec::new();
+        // Each op alone in the success branch of a txn bob sends: did it succeed, or why not.
+        let mut ops = Vec::new();
         for (prev_kv, lease) in [(false, 0), (true, 0), (false, lease)] {
-            let put = RequestOp {
-                request: Some(request_op::Request::RequestPut(PutRequest {
-                    key: b"w".to_vec(),
-                    value: b"bob's".to_vec(),
-                    prev_kv,
-                    lease,
-                    ..Default::default()
-                })),
-            };
-            let r = kv
-                .txn(with_token(
-                    TxnRequest {
-                        success: vec![put],
-                        ..Default::default()
-                    },
-                    &t,
-                ))
-                .await;
-            out.push(
-                r.map(|r| r.into_inner().succeeded)
-                    .map_err(|s| s.message().to_string()),
-            );
+            ops.push(request_op::Request::RequestPut(PutRequest {
+                key: b"w".to_vec(),
+                value: b"bob's".to_vec(),
+                prev_kv,
+                lease,
+                ..Default::default()
+            }));
         }
         // CVE-2026-33343: a txn nested in a txn must be checked as the outer one is: a read,
         // a write and a delete of "secret" inside an inner txn.
         let secret = b"secret".to_vec();
-        let inner_ops = [
+        for op in [
             request_op::Request::RequestRange(proto::etcdserverpb::RangeRequest {
                 key: secret.clone(),
                 ..Default::default()
@@ -757,18 +743,18 @@ fn txn_put_side_channels(bin: &str) -> Vec<Result<bool, String>> {
                 key: secret.clone(),
                 ..Default::default()
             }),
-        ];
-        for op in inner_ops {
-            let nested = RequestOp {
-                request: Some(request_op::Request::RequestTxn(TxnRequest {
-                    success: vec![RequestOp { request: Some(op) }],
-                    ..Default::default()
-                })),
-            };
+        ] {
+            ops.push(request_op::Request::RequestTxn(TxnRequest {
+                success: vec![RequestOp { request: Some(op) }],
+                ..Default::default()
+            }));
+        }
+        let mut out = Vec::new();
+        for op in ops {
             let r = kv
                 .txn(with_token(
                     TxnRequest {
-                        success: vec![nested],
+                        success: vec![RequestOp { request: Some(op) }],
                         ..Default::default()
                     },
                     &t,

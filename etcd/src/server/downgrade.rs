@@ -183,12 +183,14 @@ async fn propose(server: &EtcdServer, r: DowngradeInfoSetRequest) -> Result<(), 
     out.result.map(|_| ())
 }
 
-/// ENABLE: validates, then records the job through raft; answers the cluster version (the
-/// leader lowers it to the target right after).
+/// ENABLE: validates, then records the job through raft; answers the cluster version it
+/// validated against. Not one read after the proposal: the leader lowers the version to the
+/// target right after the job applies, and the answer would race that (etcd 3.5 lowers it only
+/// once members run the target, so its answer is the version before the job).
 pub async fn enable(server: &EtcdServer, version: &str) -> Result<String, Error> {
     let result = async {
         let target = target_version(version)?;
-        validate_target(server, target).await?;
+        let before = validate_target(server, target).await?;
         every_member_can_apply(server).await?;
         propose(
             server,
@@ -198,7 +200,7 @@ pub async fn enable(server: &EtcdServer, version: &str) -> Result<String, Error>
             },
         )
         .await?;
-        Ok(show(cluster_version(server)?))
+        Ok(before)
     }
     .await;
     if let Err(e) = &result {
@@ -207,13 +209,14 @@ pub async fn enable(server: &EtcdServer, version: &str) -> Result<String, Error>
     result
 }
 
-/// CANCEL: ends the job through raft; answers the cluster version (the leader raises it again
-/// to its members' lowest version).
+/// CANCEL: ends the job through raft; answers the cluster version as it was before (the leader
+/// raises it again to its members' lowest version right after, which the answer must not race).
 pub async fn cancel(server: &EtcdServer) -> Result<String, Error> {
     server.linearizable_read().await?;
     if !info(server.kv()).enabled {
         return Err(error::NO_INFLIGHT_DOWNGRADE);
     }
+    let before = show(cluster_version(server)?);
     every_member_can_apply(server).await?;
     propose(
         server,
@@ -223,7 +226,7 @@ pub async fn cancel(server: &EtcdServer) -> Result<String, Error> {
         },
     )
     .await?;
-    Ok(show(cluster_version(server)?))
+    Ok(before)
 }
 
 /// The peer endpoint /downgrade/enabled: the job's state after a linearizable read, as etcd

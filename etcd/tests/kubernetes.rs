@@ -149,24 +149,31 @@ fn delete(key: &str) -> RequestOp {
     }
 }
 
-fn mod_revision_is(key: &str, rev: i64) -> Compare {
+/// `target(key) == value`, the only comparison kube-apiserver makes.
+fn equal(key: &str, target: compare::CompareTarget, value: compare::TargetUnion) -> Compare {
     Compare {
         result: compare::CompareResult::Equal as i32,
-        target: compare::CompareTarget::Mod as i32,
+        target: target as i32,
         key: key.as_bytes().to_vec(),
-        target_union: Some(compare::TargetUnion::ModRevision(rev)),
+        target_union: Some(value),
         range_end: Vec::new(),
     }
 }
 
+fn mod_revision_is(key: &str, rev: i64) -> Compare {
+    equal(
+        key,
+        compare::CompareTarget::Mod,
+        compare::TargetUnion::ModRevision(rev),
+    )
+}
+
 fn version_is(key: &str, version: i64) -> Compare {
-    Compare {
-        result: compare::CompareResult::Equal as i32,
-        target: compare::CompareTarget::Version as i32,
-        key: key.as_bytes().to_vec(),
-        target_union: Some(compare::TargetUnion::Version(version)),
-        range_end: Vec::new(),
-    }
+    equal(
+        key,
+        compare::CompareTarget::Version,
+        compare::TargetUnion::Version(version),
+    )
 }
 
 /// The end of a prefix's range (clientv3.GetPrefixRangeEnd).

@@ -217,9 +217,11 @@ pub fn parse_op(line: &str, write_out: &str) -> Result<RequestOp> {
     })
 }
 
-/// Reads lines up to a blank one; running out of input first is etcd's "EOF" error.
-fn read_section(input: &mut dyn BufRead) -> Result<Vec<String>> {
-    let mut lines = Vec::new();
+/// Reads lines up to a blank one, parsing each as it arrives: a bad line fails at once, before
+/// the blank line (Go's etcdctl does the same, so a typo on a terminal is reported right away).
+/// Running out of input first is etcd's "EOF" error.
+fn read_section<T>(input: &mut dyn BufRead, parse: impl Fn(&str) -> Result<T>) -> Result<Vec<T>> {
+    let mut parsed = Vec::new();
     loop {
         let mut l = String::new();
         let n = input.read_line(&mut l)?;
@@ -228,9 +230,9 @@ fn read_section(input: &mut dyn BufRead) -> Result<Vec<String>> {
         }
         let l = l.trim_end_matches(['\n', '\r']);
         if l.is_empty() {
-            return Ok(lines);
+            return Ok(parsed);
         }
-        lines.push(l.to_string());
+        parsed.push(parse(l)?);
     }
 }
 
@@ -242,20 +244,11 @@ pub fn read_txn(input: &mut dyn BufRead, interactive: bool, write_out: &str) -> 
         }
     };
     prompt("compares:");
-    let compare = read_section(input)?
-        .iter()
-        .map(|l| parse_compare(l))
-        .collect::<Result<Vec<_>>>()?;
+    let compare = read_section(input, parse_compare)?;
     prompt("success requests (get, put, del):");
-    let success = read_section(input)?
-        .iter()
-        .map(|l| parse_op(l, write_out))
-        .collect::<Result<Vec<_>>>()?;
+    let success = read_section(input, |l| parse_op(l, write_out))?;
     prompt("failure requests (get, put, del):");
-    let failure = read_section(input)?
-        .iter()
-        .map(|l| parse_op(l, write_out))
-        .collect::<Result<Vec<_>>>()?;
+    let failure = read_section(input, |l| parse_op(l, write_out))?;
     Ok(TxnRequest {
         compare,
         success,
@@ -323,6 +316,14 @@ mod tests {
                 .map_err(|e| e.to_string())
                 .err(),
             Some("EOF".to_string())
+        );
+        // A bad line fails when it is read, not at its section's end: nothing after it is needed.
+        let mut bad = &b"value(\"a\") = \n"[..];
+        assert_eq!(
+            read_txn(&mut bad, false, "simple")
+                .map_err(|e| e.to_string())
+                .err(),
+            Some("malformed comparison: value(\"a\") =; got value(\"a\") = \"\"".to_string())
         );
     }
 }

@@ -151,7 +151,7 @@ fn requests_from_another_cluster_a_bad_version_or_with_bad_bodies_are_refused() 
     assert_eq!(code / 100, 4, "truncated snapshot answered {code}");
     // No half-received db is left behind.
     assert_no_snap_db(m);
-    // An oversized lease renewal is refused without reading it all.
+    // An oversized lease renewal is refused once past the bound: the rest is drained, not kept.
     let big = dir.path().join("big");
     std::fs::write(&big, vec![0u8; 8 << 20]).expect("write");
     assert_eq!(

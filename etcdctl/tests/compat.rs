@@ -342,6 +342,24 @@ fn txn_matches_etcdctl() {
             cmp: Cmp::CodeOnly,
             ..input(&["txn"], "value(\"t1\") = 'a'\n\n\n")
         },
+        // Quoted words are bytes (\xff is the byte, \377 octal), back quotes are raw strings.
+        input(
+            &["txn"],
+            "value(`t1`) = `a`\n\nput \"t\\xffb\" \"v\\x00\\377\"\n\n\n",
+        ),
+        input(
+            &["txn"],
+            "value(\"t\\377b\") = \"v\\x00\\xff\"\n\nput t9 \"\\u00e9\\U0001F600\"\n\n\n",
+        ),
+        Step {
+            cmp: Cmp::ErrorOnly,
+            ..input(&["txn"], "value(\"t1\") = \"a\"\n\nput t9 \"\\777\"\n\n\n")
+        },
+        // Go prints the op's usage before its error line; the exit codes agree.
+        Step {
+            cmp: Cmp::CodeOnly,
+            ..input(&["txn"], "value(\"t1\") = \"a\"\n\ndel --bogus t1\n\n\n")
+        },
         step(&["get", "t", "--prefix", "-w", "json"]),
     ];
     assert_no_failures(t.run_table(&steps));

@@ -150,6 +150,12 @@ async fn mirror(a: &MakeMirrorArgs, src: &Client, dest: &Client, total: &AtomicU
         .into_inner();
     while let Some(msg) = stream.next().await {
         let resp = msg.map_err(|s| CtlError::other(status_message(&s)))?;
+        // Go's make-mirror answers a compacted watch with the client library's ErrCompacted.
+        if resp.compact_revision > 0 {
+            return Err(CtlError::other(
+                "etcdserver: mvcc: required revision has been compacted",
+            ));
+        }
         if resp.canceled {
             return Err(CtlError::other(format!(
                 "watch is canceled by the server ({})",

@@ -1,7 +1,9 @@
 //! `etcdctl txn`: reads a transaction in etcd's grammar from stdin (compares, blank line,
 //! success requests, blank line, failure requests, blank line) and runs it; `-i` prompts.
 
+use std::ffi::OsString;
 use std::io::BufRead;
+use std::os::unix::ffi::OsStringExt;
 
 use clap::{Args, Parser};
 use proto::etcdserverpb::{Compare, RequestOp, TxnRequest, compare, request_op};
@@ -33,8 +35,8 @@ enum OpLine {
 }
 
 /// Splits a request line into words; double-quoted words are Go-unquoted (so `"a b"` and
-/// `"line\n"` work as in etcd).
-pub fn argify(line: &str) -> Result<Vec<String>> {
+/// `"line\n"` work as in etcd). Words are bytes: `"k\xff"` is the byte 0xff, as in Go.
+pub fn argify(line: &str) -> Result<Vec<OsString>> {
     let mut out = Vec::new();
     let mut chars = line.char_indices().peekable();
     while let Some(&(i, c)) = chars.peek() {
@@ -43,10 +45,10 @@ pub fn argify(line: &str) -> Result<Vec<String>> {
             continue;
         }
         if c == '"' {
-            let (s, used) = go_unquote(&line[i..]).ok_or_else(|| {
-                CtlError::InvalidInput(format!("invalid txn compare request: {line}"))
-            })?;
-            out.push(s);
+            // Go's etcdctl hands strconv.Unquote's error up unchanged.
+            let (s, used) = go_unquote(&line[i..])
+                .ok_or_else(|| CtlError::InvalidInput("invalid syntax".into()))?;
+            out.push(OsString::from_vec(s));
             let end = i + used;
             while chars.peek().is_some_and(|&(j, _)| j < end) {
                 chars.next();
@@ -61,21 +63,30 @@ pub fn argify(line: &str) -> Result<Vec<String>> {
             }
             chars.next();
         }
-        out.push(line[i..end].to_string());
+        out.push(OsString::from(&line[i..end]));
     }
     Ok(out)
 }
 
-/// Reads one Go-quoted string at the start of `s`; returns it and the bytes consumed.
-pub fn go_unquote(s: &str) -> Option<(String, usize)> {
+/// Reads one Go-quoted string at the start of `s` (double quotes with Go's escapes, or back
+/// quotes taken raw); returns its bytes and how many bytes of `s` it used.
+pub fn go_unquote(s: &str) -> Option<(Vec<u8>, usize)> {
+    if let Some(raw) = s.strip_prefix('`') {
+        let end = raw.find('`')?;
+        return Some((raw.as_bytes()[..end].to_vec(), end + 2));
+    }
     let mut it = s.char_indices();
     if it.next()?.1 != '"' {
         return None;
     }
+    // `n` hex digits, all of them there.
+    fn hex(it: &mut std::str::CharIndices, n: usize) -> Option<u32> {
+        (0..n).try_fold(0u32, |acc, _| Some(acc * 16 + it.next()?.1.to_digit(16)?))
+    }
     let mut out: Vec<u8> = Vec::new();
     while let Some((i, c)) = it.next() {
         match c {
-            '"' => return Some((String::from_utf8_lossy(&out).into_owned(), i + 1)),
+            '"' => return Some((out, i + 1)),
             '\\' => {
                 let (_, e) = it.next()?;
                 match e {
@@ -89,13 +100,17 @@ pub fn go_unquote(s: &str) -> Option<(String, usize)> {
                     '\\' => out.push(b'\\'),
                     '"' => out.push(b'"'),
                     '\'' => out.push(b'\''),
-                    'x' => {
-                        let h: String = [it.next()?.1, it.next()?.1].iter().collect();
-                        out.push(u8::from_str_radix(&h, 16).ok()?);
+                    // A byte, not a character: `\xff` is 0xff, not U+00FF.
+                    'x' => out.push(u8::try_from(hex(&mut it, 2)?).ok()?),
+                    '0'..='7' => {
+                        let mut v = e.to_digit(8)?;
+                        for _ in 0..2 {
+                            v = v * 8 + it.next()?.1.to_digit(8)?;
+                        }
+                        out.push(u8::try_from(v).ok()?);
                     }
-                    'u' => {
-                        let h: String = (0..4).filter_map(|_| it.next().map(|x| x.1)).collect();
-                        let ch = char::from_u32(u32::from_str_radix(&h, 16).ok()?)?;
+                    'u' | 'U' => {
+                        let ch = char::from_u32(hex(&mut it, if e == 'u' { 4 } else { 8 })?)?;
                         out.extend_from_slice(ch.to_string().as_bytes());
                     }
                     _ => return None,
@@ -112,8 +127,8 @@ pub fn go_unquote(s: &str) -> Option<(String, usize)> {
 
 /// Reads `target("key") op "value"` as Go's `Sscanf(rest, "%q) %s %q")` does: the fields read
 /// before the first mismatch (the rest empty), and how many there were.
-fn scan_compare(rest: &str) -> (String, String, String, usize) {
-    let (mut key, mut op, mut value) = (String::new(), String::new(), String::new());
+fn scan_compare(rest: &str) -> (Vec<u8>, String, Vec<u8>, usize) {
+    let (mut key, mut op, mut value) = (Vec::new(), String::new(), Vec::new());
     let mut scan = || -> Option<usize> {
         let r = rest.trim_start();
         let (k, used) = go_unquote(r)?;
@@ -149,8 +164,8 @@ pub fn parse_compare(line: &str) -> Result<Compare> {
     if n != 3 {
         return Err(CtlError::InvalidInput(format!(
             "malformed comparison: {line}; got {target_word}({}) {op_word} {}",
-            crate::util::go_quote(key.as_bytes()),
-            crate::util::go_quote(value.as_bytes()),
+            crate::util::go_quote(&key),
+            crate::util::go_quote(&value),
         )));
     }
     let op = match op_word.as_str() {
@@ -162,16 +177,18 @@ pub fn parse_compare(line: &str) -> Result<Compare> {
         _ => return Err(malformed()),
     };
     let bad = || CtlError::InvalidInput(format!("invalid txn compare request: {line}"));
+    // Numbers are ASCII; other bytes fail to parse as they do in Go.
+    let text = String::from_utf8_lossy(&value).into_owned();
     let num = |v: &str| parse_go_i64(v, 10).map_err(|_| bad());
     use compare::{CompareTarget as T, TargetUnion as U};
     let (target, union) = match target_word {
-        "c" | "create" => (T::Create, U::CreateRevision(num(&value)?)),
-        "m" | "mod" => (T::Mod, U::ModRevision(num(&value)?)),
-        "val" | "value" => (T::Value, U::Value(value.into_bytes())),
-        "ver" | "version" => (T::Version, U::Version(num(&value)?)),
+        "c" | "create" => (T::Create, U::CreateRevision(num(&text)?)),
+        "m" | "mod" => (T::Mod, U::ModRevision(num(&text)?)),
+        "val" | "value" => (T::Value, U::Value(value)),
+        "ver" | "version" => (T::Version, U::Version(num(&text)?)),
         "lease" => (
             T::Lease,
-            U::Lease(parse_go_i64(&value, 16).map_err(|_| bad())?),
+            U::Lease(parse_go_i64(&text, 16).map_err(|_| bad())?),
         ),
         _ => {
             return Err(CtlError::InvalidInput(format!(
@@ -182,7 +199,7 @@ pub fn parse_compare(line: &str) -> Result<Compare> {
     Ok(Compare {
         result: op as i32,
         target: target as i32,
-        key: key.into_bytes(),
+        key,
         range_end: Vec::new(),
         target_union: Some(union),
     })
@@ -196,13 +213,15 @@ pub fn parse_op(line: &str, write_out: &str) -> Result<RequestOp> {
             "invalid txn compare request: {line}"
         )));
     }
-    if !["get", "put", "del", "delete"].contains(&words[0].as_str()) {
+    if !["get", "put", "del", "delete"].contains(&words[0].to_str().unwrap_or_default()) {
         return Err(CtlError::InvalidInput(format!(
             "invalid txn request: {line}"
         )));
     }
+    // A flag error is Go's "invalid txn request" (it prints the command's usage first; ours
+    // does not).
     let op = OpLine::try_parse_from(&words)
-        .map_err(|_| CtlError::InvalidInput(format!("invalid txn compare request: {line}")))?;
+        .map_err(|_| CtlError::InvalidInput(format!("invalid txn request: {line}")))?;
     let request = match op {
         OpLine::Get(a) => {
             request_op::Request::RequestRange(super::get::build_request(&a, write_out)?)
@@ -327,3 +346,7 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+#[path = "txn_fuzz.rs"]
+mod fuzz;

@@ -213,7 +213,7 @@ async fn interactive(ctx: &Ctx) -> Result<()> {
                     None => return Err(CtlError::InvalidInput("Error reading watch request line: EOF".into())),
                 };
                 let words = super::txn::argify(&line)?;
-                if words.first().map(String::as_str) != Some("watch") {
+                if words.first().and_then(|w| w.to_str()) != Some("watch") {
                     eprintln!("Invalid command {line} (only support watch)");
                     continue;
                 }

@@ -2,7 +2,17 @@
 // under client-transport-security and peer-transport-security), turned into flags.
 // As in etcd, a configuration file replaces every command-line flag and ETCD_* variable.
 
+use std::collections::HashMap;
+
+use yaml_rust2::parser::{Event, Parser};
 use yaml_rust2::{Yaml, YamlLoader};
+
+/// Deepest nesting a configuration file may have. etcd's settings nest two levels; the bound
+/// keeps the YAML loader's recursion (and the tree's drop) far from the end of the stack.
+const MAX_DEPTH: usize = 64;
+/// Most nodes a file may hold once its aliases are expanded (the loader copies an anchored
+/// node at each alias, so a few lines of nested aliases could otherwise fill memory).
+const MAX_NODES: u64 = 1 << 20;
 
 /// Keys of the two transport-security sections and the flags they set.
 const SECURITY_KEYS: &[(&str, &str)] = &[
@@ -40,6 +50,7 @@ fn scalar(v: &Yaml) -> Option<String> {
 /// The command-line arguments equivalent to the YAML `text` (read from `path`), and
 /// warnings for keys that set nothing.
 pub fn to_args(path: &str, text: &str) -> Result<(Vec<String>, Vec<String>), String> {
+    check_shape(text).map_err(|e| format!("error parsing the configuration file {path}: {e}"))?;
     let docs = YamlLoader::load_from_str(text)
         .map_err(|e| format!("error parsing the configuration file {path}: {e}"))?;
     let Some(doc) = docs.into_iter().next() else {
@@ -118,6 +129,49 @@ pub fn to_args(path: &str, text: &str) -> Result<(Vec<String>, Vec<String>), Str
         args.push(format!("--{key}={value}"));
     }
     Ok((args, warnings))
+}
+
+/// Walks the YAML events without building the tree (the event parser does not recurse) and
+/// refuses nesting past `MAX_DEPTH` and alias expansion past `MAX_NODES`.
+fn check_shape(text: &str) -> Result<(), String> {
+    let mut parser = Parser::new_from_str(text);
+    // Open containers: the anchor each one defines and the node count when it opened.
+    let mut open: Vec<(usize, u64)> = Vec::new();
+    let mut anchored: HashMap<usize, u64> = HashMap::new();
+    let mut nodes: u64 = 0;
+    loop {
+        let (ev, _) = parser.next_token().map_err(|e| e.to_string())?;
+        match ev {
+            Event::StreamEnd => return Ok(()),
+            Event::SequenceStart(anchor, _) | Event::MappingStart(anchor, _) => {
+                if open.len() == MAX_DEPTH {
+                    return Err(format!("nested deeper than {MAX_DEPTH} levels"));
+                }
+                open.push((anchor, nodes));
+                nodes += 1;
+            }
+            Event::SequenceEnd | Event::MappingEnd => {
+                if let Some((anchor, start)) = open.pop()
+                    && anchor > 0
+                {
+                    anchored.insert(anchor, nodes - start);
+                }
+            }
+            Event::Scalar(_, _, anchor, _) => {
+                nodes += 1;
+                if anchor > 0 {
+                    anchored.insert(anchor, 1);
+                }
+            }
+            Event::Alias(id) => nodes += anchored.get(&id).copied().unwrap_or(1),
+            _ => {}
+        }
+        if nodes > MAX_NODES {
+            return Err(format!(
+                "more than {MAX_NODES} values once its aliases are expanded"
+            ));
+        }
+    }
 }
 
 #[cfg(test)]

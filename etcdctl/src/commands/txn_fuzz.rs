@@ -2,7 +2,7 @@
 // input is an answer or an error, never a panic, and Go-quoted bytes come back byte for byte.
 //
 // PROPTEST_CASES raises the case counts for a long run; a failure is shrunk and its seed kept
-// in etcdctl/src/commands/proptest-regressions/ (commit it: those cases run first every time).
+// in etcdctl/proptest-regressions/commands/txn_fuzz.txt (commit it: those cases run first every time).
 
 use proptest::prelude::*;
 use proto::etcdserverpb::{compare, request_op};

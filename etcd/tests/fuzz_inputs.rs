@@ -3,7 +3,7 @@
 // request bodies for every message type. Any input is a value or an error, never a panic.
 //
 // PROPTEST_CASES raises the case counts for a long run; a failure is shrunk and its seed kept
-// in etcd/proptest-regressions/fuzz_inputs.txt (commit it: those cases run first every time).
+// in etcd/tests/fuzz_inputs.proptest-regressions (commit it: those cases run first every time).
 
 use etcd::api::descriptors;
 use etcd::config::{Config, file};

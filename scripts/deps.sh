@@ -30,13 +30,27 @@ if [ ! -x "$etcd35/etcd" ]; then
   work="$(mktemp -d)"
   mkdir -p "$work/lists/partial" "$work/x"
   echo "deb http://deb.debian.org/debian trixie main" >"$work/sources.list"
+  # Lists and package cache of its own too: the system's apt state is neither read nor locked.
+  mkdir -p "$work/cache/archives/partial"
   apt_opts=(-o "Dir::Etc::sourcelist=$work/sources.list" -o "Dir::Etc::sourceparts=-"
-    -o "Dir::State::Lists=$work/lists" -o "APT::Sandbox::User=root")
+    -o "Dir::State::Lists=$work/lists" -o "Dir::Cache=$work/cache"
+    -o "APT::Sandbox::User=root")
   apt-get "${apt_opts[@]}" update -qq
   (cd "$work" && apt-get "${apt_opts[@]}" download -qq etcd-server etcd-client)
   for deb in "$work"/*.deb; do dpkg -x "$deb" "$work/x"; done
+  # Trixie's etcd is not pinned (an old version leaves the archive), but it must be a 3.5.
+  if ! "$work/x/usr/bin/etcd" --version | grep -q '^etcd Version: 3\.5\.'; then
+    echo "deps.sh: trixie's etcd-server is not a 3.5 release:" >&2
+    "$work/x/usr/bin/etcd" --version >&2
+    exit 1
+  fi
+  # Copied next to the target and renamed into place, etcd (what the check above looks for)
+  # last, so an interrupted fetch never leaves a half-installed 3.5 taken as installed.
   mkdir -p "$etcd35"
-  cp "$work/x/usr/bin/etcd" "$work/x/usr/bin/etcdctl" "$etcd35/"
+  for bin in etcdctl etcd; do
+    cp "$work/x/usr/bin/$bin" "$etcd35/.$bin.tmp"
+    mv "$etcd35/.$bin.tmp" "$etcd35/$bin"
+  done
   rm -rf "$work"
 fi
 "$etcd35/etcd" --version | sed -n 1p >&2

@@ -39,13 +39,14 @@ if [ ! -x "$etcd35/etcd" ]; then
   (cd "$work" && apt-get "${apt_opts[@]}" download -qq etcd-server etcd-client)
   for deb in "$work"/*.deb; do dpkg -x "$deb" "$work/x"; done
   # Trixie's etcd is not pinned (an old version leaves the archive), but it must be a 3.5.
-  if ! "$work/x/usr/bin/etcd" --version | grep -q '^etcd Version: 3\.5\.'; then
-    echo "deps.sh: trixie's etcd-server is not a 3.5 release:" >&2
-    "$work/x/usr/bin/etcd" --version >&2
-    exit 1
-  fi
-  # Copied next to the target and renamed into place, etcd (what the check above looks for)
-  # last, so an interrupted fetch never leaves a half-installed 3.5 taken as installed.
+  # (Captured, not piped to grep -q: an early-closed pipe would fail this under pipefail.)
+  v="$("$work/x/usr/bin/etcd" --version)"
+  case "$v" in
+    "etcd Version: 3.5."*) ;;
+    *) echo "deps.sh: trixie's etcd-server is not a 3.5 release: $v" >&2; exit 1 ;;
+  esac
+  # Each binary is copied next to its place and renamed into it, etcd (what the -x check
+  # at the top looks for) last: an interrupted fetch never looks installed.
   mkdir -p "$etcd35"
   for bin in etcdctl etcd; do
     cp "$work/x/usr/bin/$bin" "$etcd35/.$bin.tmp"

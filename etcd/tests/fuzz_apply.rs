@@ -6,6 +6,9 @@
 // PROPTEST_CASES raises the case count for a long run; a failure is shrunk and its seed kept in
 // etcd/tests/fuzz_apply.proptest-regressions (commit it: those cases run first every time).
 
+#[path = "../../common/tests/fuzz_support/mod.rs"]
+mod fuzz_support;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -305,18 +308,8 @@ fn check(reqs: Vec<Request>) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-fn config() -> ProptestConfig {
-    ProptestConfig {
-        cases: std::env::var("PROPTEST_CASES")
-            .ok()
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(256),
-        ..ProptestConfig::default()
-    }
-}
-
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(fuzz_support::config(256, "tests/fuzz_apply.proptest-regressions"))]
 
     #[test]
     fn applied_requests_match_the_model(reqs in prop::collection::vec(request(), 1..24)) {

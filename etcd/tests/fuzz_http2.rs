@@ -6,6 +6,9 @@
 // PROPTEST_CASES raises the case count for a long run; a failure is shrunk and its seed kept in
 // etcd/tests/fuzz_http2.proptest-regressions (commit it: those cases run first every time).
 
+#[path = "../../common/tests/fuzz_support/mod.rs"]
+mod fuzz_support;
+
 use etcd::api::authority::AuthorityFix;
 use proptest::prelude::*;
 use tokio::io::AsyncReadExt;
@@ -93,18 +96,8 @@ fn rewrite(input: &[u8]) -> std::io::Result<Vec<u8>> {
     })
 }
 
-fn config() -> ProptestConfig {
-    ProptestConfig {
-        cases: std::env::var("PROPTEST_CASES")
-            .ok()
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(2048),
-        ..ProptestConfig::default()
-    }
-}
-
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(fuzz_support::config(2048, "tests/fuzz_http2.proptest-regressions"))]
 
     #[test]
     fn frame_sequences_are_passed_on_or_refused(body in frames(), preface in any::<bool>()) {

@@ -5,20 +5,13 @@
 // PROPTEST_CASES raises the case counts for a long run; a failure is shrunk and its seed kept
 // in etcd/tests/fuzz_inputs.proptest-regressions (commit it: those cases run first every time).
 
+#[path = "../../common/tests/fuzz_support/mod.rs"]
+mod fuzz_support;
+
 use etcd::api::descriptors;
 use etcd::config::{Config, file};
 use etcd::http::json;
 use proptest::prelude::*;
-
-fn config() -> ProptestConfig {
-    ProptestConfig {
-        cases: std::env::var("PROPTEST_CASES")
-            .ok()
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(1024),
-        ..ProptestConfig::default()
-    }
-}
 
 /// YAML-shaped configuration text: real keys (flags and the two TLS sections), values of
 /// every YAML kind, nesting, anchors and the odd broken token.
@@ -74,16 +67,20 @@ fn read_config(text: &str) {
     let _ = Config::from_args(&args, &[]);
 }
 
-/// Every request message type the gateway decodes from JSON.
-fn request_types() -> Vec<prost_reflect::MessageDescriptor> {
-    let pool = descriptors::pool().expect("descriptor pool");
-    pool.all_messages()
-        .filter(|m| {
-            m.package_name() == "etcdserverpb"
-                || m.package_name() == "v3electionpb"
-                || m.package_name() == "v3lockpb"
-        })
-        .collect()
+/// Every request message type the gateway decodes from JSON (collected once, not per case).
+fn request_types() -> &'static [prost_reflect::MessageDescriptor] {
+    static TYPES: std::sync::LazyLock<Vec<prost_reflect::MessageDescriptor>> =
+        std::sync::LazyLock::new(|| {
+            let pool = descriptors::pool().expect("descriptor pool");
+            pool.all_messages()
+                .filter(|m| {
+                    m.package_name() == "etcdserverpb"
+                        || m.package_name() == "v3electionpb"
+                        || m.package_name() == "v3lockpb"
+                })
+                .collect()
+        });
+    &TYPES
 }
 
 /// JSON-shaped text: the fields of etcd's requests, every JSON kind, deep nesting.
@@ -126,7 +123,7 @@ fn json_text() -> impl Strategy<Value = String> {
 }
 
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(fuzz_support::config(1024, "tests/fuzz_inputs.proptest-regressions"))]
 
     #[test]
     fn yaml_like_config_files_never_panic(text in yaml_text()) {

@@ -1,5 +1,5 @@
-// The fuzz targets' shared harness (common's formats, etcdutl's readers): proptest settings
-// with PROPTEST_CASES and a kept regressions file, and a watchdog thread per case.
+// The fuzz targets' shared harness (common's formats, etcdutl's readers, etcd's and etcdctl's
+// inputs): proptest settings with PROPTEST_CASES and a kept regressions file, and a watchdog.
 #![allow(dead_code)]
 
 use std::sync::mpsc;

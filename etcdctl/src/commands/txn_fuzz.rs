@@ -4,6 +4,9 @@
 // PROPTEST_CASES raises the case counts for a long run; a failure is shrunk and its seed kept
 // in etcdctl/proptest-regressions/commands/txn_fuzz.txt (commit it: those cases run first every time).
 
+#[path = "../../../common/tests/fuzz_support/mod.rs"]
+mod fuzz_support;
+
 use proptest::prelude::*;
 use proto::etcdserverpb::{compare, request_op};
 
@@ -44,18 +47,8 @@ fn grammar_text() -> impl Strategy<Value = String> {
     prop::collection::vec(token, 0..48).prop_map(|t| t.concat())
 }
 
-fn config() -> ProptestConfig {
-    ProptestConfig {
-        cases: std::env::var("PROPTEST_CASES")
-            .ok()
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(2048),
-        ..ProptestConfig::default()
-    }
-}
-
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(fuzz_support::config(2048, "proptest-regressions/commands/txn_fuzz.txt"))]
 
     #[test]
     fn any_bytes_read_as_a_txn_never_panic(input in prop::collection::vec(any::<u8>(), 0..512)) {

@@ -222,7 +222,17 @@ fn etcd_and_ours_lead_each_other_and_forward_leases() {
 }
 
 /// Stops the writer: more than 100 writes acknowledged, each of them on every one of `nodes`.
+/// The writer gets up to a minute to reach 100 once the test's steps are done: how many
+/// writes fit in the steps depends on the machine's load, not on the cluster's health.
 fn finish_writes(writer: Writer, nodes: &[Node]) {
+    eprintln!(
+        "{} writes acknowledged during the steps",
+        writer.acked_count()
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while writer.acked_count() <= 100 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let acked = writer.finish();
     assert!(
         acked.len() > 100,

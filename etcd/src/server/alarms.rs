@@ -54,8 +54,11 @@ impl Alarms {
         if l.contains(&m) {
             return false;
         }
-        w.put_raw(buckets::ALARM, &m.encode_to_vec(), b"");
-        l.push(m);
+        let key = m.encode_to_vec();
+        w.put_raw(buckets::ALARM, &key, b"");
+        // In the bucket's key order, as a restart loads them: every member lists them alike.
+        let at = l.partition_point(|a| a.encode_to_vec() < key);
+        l.insert(at, m);
         true
     }
 

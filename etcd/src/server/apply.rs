@@ -290,12 +290,13 @@ pub fn apply_normal(
         }
     } else if let Some(a) = &req.cluster_member_attr_set {
         let attrs = a.member_attributes.clone().unwrap_or_default();
-        update_member(&mut w, a.member_id, &attrs.name, &attrs.client_urls);
-        effects.push(Effect::MemberAttributes {
-            id: a.member_id,
-            name: attrs.name,
-            client_urls: attrs.client_urls,
-        });
+        if update_member(&mut w, a.member_id, &attrs.name, &attrs.client_urls) {
+            effects.push(Effect::MemberAttributes {
+                id: a.member_id,
+                name: attrs.name,
+                client_urls: attrs.client_urls,
+            });
+        }
         Ok(Applied::Done)
     } else if let Some(v) = &req.cluster_version_set {
         w.put_raw(buckets::CLUSTER, b"clusterVersion", v.ver.as_bytes());
@@ -391,14 +392,26 @@ fn put_member(w: &mut crate::mvcc::WriteTxn<'_>, m: &Member) {
     w.put_raw(buckets::MEMBERS, key.as_bytes(), m.to_json().as_bytes());
 }
 
-fn update_member(w: &mut crate::mvcc::WriteTxn<'_>, id: u64, name: &str, client_urls: &[String]) {
-    let mut m = get_member(w, id).unwrap_or(Member {
-        id,
-        ..Default::default()
-    });
+/// Sets a member's name and client URLs; false (and nothing written) for a member that is not
+/// in the cluster: removed after it proposed them, or never added. etcd skips those too; a
+/// record written for it would bring a member without peer URLs back into `member list`.
+fn update_member(
+    w: &mut crate::mvcc::WriteTxn<'_>,
+    id: u64,
+    name: &str,
+    client_urls: &[String],
+) -> bool {
+    let Some(mut m) = get_member(w, id) else {
+        tracing::warn!(
+            member = %crate::membership::id_hex(id),
+            "skipped updating the attributes of a member that is not in the cluster"
+        );
+        return false;
+    };
     m.name = name.to_string();
     m.client_urls = client_urls.to_vec();
     put_member(w, &m);
+    true
 }
 
 /// etcd 3.4's v2 requests: `PUT /0/members/<id>/attributes` and `PUT /0/version`.
@@ -422,8 +435,9 @@ fn apply_v2(w: &mut crate::mvcc::WriteTxn<'_>, r: &Request, effects: &mut Vec<Ef
             #[serde(rename = "clientURLs", default)]
             client_urls: Vec<String>,
         }
-        if let Ok(a) = serde_json::from_str::<Attrs>(&r.val) {
-            update_member(w, id, &a.name, &a.client_urls);
+        if let Ok(a) = serde_json::from_str::<Attrs>(&r.val)
+            && update_member(w, id, &a.name, &a.client_urls)
+        {
             effects.push(Effect::MemberAttributes {
                 id,
                 name: a.name,

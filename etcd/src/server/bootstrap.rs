@@ -612,7 +612,15 @@ pub fn load_leases(cfg: &Config, kv: &KvStore) -> Arc<Lessor> {
 pub fn leases_of(cfg: &Config, kv: &KvStore) -> Lessor {
     let ticks = cfg.election_ticks() as u64;
     let min_ttl_ms = (3 * ticks / 2) * cfg.heartbeat_interval.as_millis() as u64;
-    let lessor = Lessor::new(min_ttl_ms.div_ceil(1000) as i64);
+    let lessor = leases_from_db(min_ttl_ms.div_ceil(1000) as i64, kv);
+    lessor.extend_all(cfg.election_timeout);
+    lessor
+}
+
+/// The leases recorded in `kv`'s backend with the keys that name them attached, at their
+/// granted TTLs (`min_ttl` in seconds): what a restarted member knows of its leases.
+pub fn leases_from_db(min_ttl: i64, kv: &KvStore) -> Lessor {
+    let lessor = Lessor::new(min_ttl);
     let rows = kv
         .backend()
         .range(buckets::LEASE, &[0u8; 8], Some(&[0xff; 9]), 0)
@@ -627,6 +635,5 @@ pub fn leases_of(cfg: &Config, kv: &KvStore) -> Lessor {
     for (key, lease) in kv.take_leased_keys() {
         lessor.attach(lease, &key);
     }
-    lessor.extend_all(cfg.election_timeout);
     lessor
 }

@@ -82,14 +82,17 @@ pub fn validate(
             if urls.iter().any(|u| used.contains(u.as_str())) {
                 return Err(error::PEER_URL_EXIST);
             }
-            let learner = cc.r#type == ConfChangeType::ConfChangeAddLearnerNode as i32;
+            // The record says learner if the type or the context does; the limit counts
+            // what the record will say (etcd checks the context's member).
+            let learner =
+                cc.r#type == ConfChangeType::ConfChangeAddLearnerNode as i32 || ctx.is_learner;
             if learner && members.iter().filter(|m| m.is_learner).count() + 1 > MAX_LEARNERS {
                 return Err(error::TOO_MANY_LEARNERS);
             }
             Ok(MemberChange::Put(Member {
                 id,
                 peer_urls: urls,
-                is_learner: learner || ctx.is_learner,
+                is_learner: learner,
                 name: ctx.name.unwrap_or_default(),
                 client_urls: ctx.client_urls.unwrap_or_default(),
             }))

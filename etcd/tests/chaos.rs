@@ -1,5 +1,6 @@
 // The fault-injection suite: a 3- (or 5-) member cluster of our binary under a recorded client
-// workload while members are killed, paused, partitioned, restarted and moved off leadership.
+// workload while members are killed, paused, partitioned, restarted, moved off leadership and
+// run out of disk.
 //
 // Every operation is recorded with its invoke and complete times; at the end the members'
 // revision histories, their HashKV and a watcher that lived through the faults are checked
@@ -21,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chaos_check::{Call, Event, LeaseOp, Nanos, Op, Outcome};
-use cluster_support::Cluster;
+use cluster_support::{Cluster, Tmpfs};
 use proto::etcdserverpb::{
     HashKvRequest, LeaseGrantRequest, PutRequest, RangeRequest, WatchCreateRequest, WatchRequest,
     kv_client::KvClient, lease_client::LeaseClient, maintenance_client::MaintenanceClient,
@@ -37,6 +38,9 @@ const LEASE_PREFIX: &str = "lease/";
 /// timeout is below this).
 const LEASE_TTL: i64 = 2;
 const KEYS: u64 = 8;
+/// Each member's data dir is a tmpfs of its own (when the run may mount one) this big; the
+/// "disk full" fault shrinks it to what is in use.
+const DISK: &str = "size=2g";
 const CLIENTS: usize = 6;
 /// The first revision a client's write can have (revision 1 is the empty store).
 const FIRST_REVISION: i64 = 2;
@@ -306,8 +310,15 @@ fn all_healthy(c: &mut Cluster) {
     }
 }
 
-/// Injects one fault by name; returns when the cluster is whole again.
-fn inject(c: &mut Cluster, fault: &str, rng: &mut Rng) {
+/// Injects one fault by name; returns when the cluster is whole again. `disks` are the
+/// members' data dirs (empty when the run cannot mount them); `stats` counts what faults did.
+fn inject(
+    c: &mut Cluster,
+    disks: &[Tmpfs],
+    fault: &str,
+    rng: &mut Rng,
+    stats: &mut BTreeMap<&'static str, usize>,
+) {
     let n = c.nodes.len();
     let leader = c.leader(Duration::from_secs(30));
     let follower = (leader + 1 + rng.below(n as u64 - 1) as usize) % n;
@@ -390,6 +401,34 @@ fn inject(c: &mut Cluster, fault: &str, rng: &mut Rng) {
                 node.proxy.as_ref().expect("proxied").set_loss(0);
             }
         }
+        "disk full" => {
+            // Any member, the leader as often as the others: its disk keeps no room beyond
+            // what is in use, so the next page its db or WAL needs is refused. A member that
+            // meets it stops (as etcd panics) saying so; one that needed no page rides it out.
+            let i = rng.below(n as u64) as usize;
+            let disk = &disks[i];
+            disk.resize(&format!("size={}k", disk.used() / 1024));
+            let until = Instant::now() + pause + Duration::from_secs(1);
+            let mut stopped = None;
+            while stopped.is_none() && Instant::now() < until {
+                stopped = c.nodes[i].exited();
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            disk.resize(DISK);
+            if let Some(st) = stopped {
+                let log = c.nodes[i].log_tail(20);
+                assert!(
+                    !st.success() && log.contains("No space left on device"),
+                    "{} stopped ({st}) on a full disk without saying so:\n{log}",
+                    c.nodes[i].name
+                );
+                *stats.entry("disk full stopped the member").or_default() += 1;
+                c.nodes[i].kill9();
+                c.nodes[i].spawn(OURS);
+            } else {
+                *stats.entry("disk full ridden out").or_default() += 1;
+            }
+        }
         other => panic!("unknown fault {other}"),
     }
     all_healthy(c);
@@ -402,7 +441,16 @@ fn replace_member(c: &mut Cluster, leader: usize, i: usize) {
     let id = c.member_id_hex(&name);
     c.nodes[leader].etcdctl_ok(&["member", "remove", &id]);
     c.nodes[i].kill9();
-    std::fs::remove_dir_all(&c.nodes[i].data_dir).expect("wipe the removed member's data");
+    // The data dir may be a mount point: empty it rather than remove it.
+    for entry in std::fs::read_dir(&c.nodes[i].data_dir).expect("read the removed member's dir") {
+        let path = entry.expect("dir entry").path();
+        if path.is_dir() {
+            std::fs::remove_dir_all(&path)
+        } else {
+            std::fs::remove_file(&path)
+        }
+        .expect("wipe the removed member's data");
+    }
     let added = c.nodes[leader].etcdctl_ok(&[
         "member",
         "add",
@@ -435,12 +483,36 @@ const FAULTS: &[&str] = &[
     "one-way cut from leader",
     "move leader",
     "rolling restart",
+    "disk full",
 ];
 
 fn run(members: usize, secs: u64, seed: u64) {
     eprintln!("chaos: {members} members, {secs} s of faults, CHAOS_SEED={seed}");
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut c = Cluster::start(OURS, dir.path(), members, true, FAST);
+    let mut nodes = cluster_support::members(dir.path(), members, true, FAST, |_| {});
+    // A disk of its own per member, which the "disk full" fault fills (mounting needs root).
+    let disks: Vec<Tmpfs> = if Tmpfs::can_mount() {
+        nodes
+            .iter()
+            .map(|m| {
+                std::fs::create_dir_all(&m.data_dir).expect("create a data dir");
+                Tmpfs::mount(&m.data_dir, DISK)
+            })
+            .collect()
+    } else {
+        eprintln!("chaos: not root, so no tmpfs per member: \"disk full\" is not injected");
+        Vec::new()
+    };
+    for m in &mut nodes {
+        m.spawn(OURS);
+    }
+    for m in &mut nodes {
+        m.wait_healthy(Duration::from_secs(30));
+    }
+    let mut c = Cluster {
+        bin: OURS.to_string(),
+        nodes,
+    };
     let endpoints: Vec<String> = c.nodes.iter().map(|m| m.client_url.clone()).collect();
     let rec = Arc::new(Recorder {
         start: Instant::now(),
@@ -461,17 +533,21 @@ fn run(members: usize, secs: u64, seed: u64) {
     let lease_task = rt.spawn(lease_client(endpoints.clone(), rec.clone(), leases.clone()));
 
     // CHAOS_FAULTS="kill -9 leader,isolate leader" narrows the kinds (long kill runs).
-    let chosen: Vec<&str> = match std::env::var("CHAOS_FAULTS") {
-        Ok(list) => FAULTS
-            .iter()
-            .copied()
-            .filter(|f| list.split(',').any(|x| x.trim() == *f))
-            .collect(),
-        Err(_) => FAULTS.to_vec(),
-    };
+    let wanted = std::env::var("CHAOS_FAULTS").ok();
+    let chosen: Vec<&str> = FAULTS
+        .iter()
+        .copied()
+        .filter(|f| {
+            wanted
+                .as_ref()
+                .is_none_or(|list| list.split(',').any(|x| x.trim() == *f))
+        })
+        .filter(|f| *f != "disk full" || !disks.is_empty())
+        .collect();
     assert!(!chosen.is_empty(), "CHAOS_FAULTS names none of {FAULTS:?}");
     let mut rng = Rng(seed | 1);
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut stats: BTreeMap<&'static str, usize> = BTreeMap::new();
     let deadline = Instant::now() + Duration::from_secs(secs);
     let mut order: Vec<&str> = Vec::new();
     while Instant::now() < deadline {
@@ -483,7 +559,7 @@ fn run(members: usize, secs: u64, seed: u64) {
             }
         }
         let fault = order.pop().unwrap_or("SIGSTOP pause");
-        inject(&mut c, fault, &mut rng);
+        inject(&mut c, &disks, fault, &mut rng, &mut stats);
         *counts.entry(fault).or_default() += 1;
         std::thread::sleep(Duration::from_millis(500 + rng.below(1000)));
     }
@@ -601,6 +677,9 @@ fn run(members: usize, secs: u64, seed: u64) {
         ops.len()
     );
     eprintln!("chaos: faults injected: {counts:?}");
+    if !stats.is_empty() {
+        eprintln!("chaos: what they did: {stats:?}");
+    }
     let lease_reads: usize = leases.iter().map(|l| l.reads.len()).sum();
     let gone_after_ttl: usize = leases
         .iter()

@@ -7,47 +7,15 @@ mod support;
 #[path = "cluster_support/mod.rs"]
 mod cluster_support;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
-use cluster_support::{Cluster, Node};
+use cluster_support::{Cluster, Node, Tmpfs};
 
 const OURS: &str = env!("CARGO_BIN_EXE_etcd");
 /// Room for the first WAL segment (64 MiB, preallocated) and a little more: the disk fills
 /// while the second segment or the db grows.
 const DISK: &str = "size=80m";
 const VALUE_BYTES: usize = 100 * 1024;
-
-/// A tmpfs of our own, unmounted (lazily: a killed member may still hold it) when dropped.
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    fn mount(at: &Path, opts: &str) -> Tmpfs {
-        let st = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", opts, "tmpfs"])
-            .arg(at)
-            .status()
-            .expect("run mount");
-        assert!(st.success(), "cannot mount a tmpfs on {}", at.display());
-        Tmpfs(at.to_path_buf())
-    }
-
-    fn resize(&self, opts: &str) {
-        let st = Command::new("mount")
-            .args(["-o", &format!("remount,{opts}")])
-            .arg(&self.0)
-            .status()
-            .expect("run mount");
-        assert!(st.success(), "cannot grow the tmpfs");
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
 
 fn value_for(i: usize) -> Vec<u8> {
     format!("{i:08}").into_bytes().repeat(VALUE_BYTES / 8)
@@ -60,8 +28,7 @@ fn put(m: &Node, key: &str, value: &[u8]) -> bool {
 
 #[test]
 fn a_full_disk_loses_no_acknowledged_write() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !Tmpfs::can_mount() {
         eprintln!("skipped: mounting a tmpfs needs root");
         return;
     }

@@ -566,6 +566,60 @@ impl Cluster {
     }
 }
 
+/// A tmpfs of our own (mounting one needs root), unmounted when dropped (lazily: a killed
+/// member may still hold it): a disk that can fill up.
+pub struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    /// Mounts a tmpfs with `opts` (`size=80m`) on `at`, which must exist.
+    pub fn mount(at: &Path, opts: &str) -> Tmpfs {
+        let st = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", opts, "tmpfs"])
+            .arg(at)
+            .status()
+            .expect("run mount");
+        assert!(st.success(), "cannot mount a tmpfs on {}", at.display());
+        Tmpfs(at.to_path_buf())
+    }
+
+    /// Whether this process may mount one.
+    pub fn can_mount() -> bool {
+        // SAFETY: geteuid has no preconditions.
+        unsafe { libc::geteuid() == 0 }
+    }
+
+    /// Changes the size limit (`size=400m`); never below what is in use.
+    pub fn resize(&self, opts: &str) {
+        let st = Command::new("mount")
+            .args(["-o", &format!("remount,{opts}")])
+            .arg(&self.0)
+            .status()
+            .expect("run mount");
+        assert!(
+            st.success(),
+            "cannot resize the tmpfs on {}",
+            self.0.display()
+        );
+    }
+
+    /// Bytes in use on it.
+    pub fn used(&self) -> u64 {
+        let path = std::ffi::CString::new(self.0.as_os_str().as_encoded_bytes())
+            .expect("a path without NUL");
+        // SAFETY: statvfs only writes the struct it is given; the path is NUL-terminated.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        let rc = unsafe { libc::statvfs(path.as_ptr(), &mut st) };
+        assert_eq!(rc, 0, "statvfs {}", self.0.display());
+        (st.f_blocks - st.f_bfree) * st.f_frsize
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
 /// Writes keys `prefix<n>` through a gRPC client, round robin over the endpoints it is given,
 /// and records each write the server acknowledged.
 pub struct Writer {

@@ -250,6 +250,72 @@ fn flag_row(a: &Arg) -> (String, String) {
     (s, help)
 }
 
+/// The usage block cobra's default template prints for a command built on its own (as etcd's
+/// txn builds one per request line to parse its flags): the use line, then pflag's flag list
+/// with the added -h row, sorted by name, help text aligned three spaces past the longest.
+pub fn cobra_usage(cmd: &Command) -> String {
+    let name = cmd.get_name();
+    let args = cmd
+        .get_overridden_usage()
+        .map(|u| format!(" {u}"))
+        .unwrap_or_default();
+    let mut rows: Vec<(String, String, String)> = cmd
+        .get_arguments()
+        .filter(|a| a.get_long().is_some() && !a.is_hide_set())
+        .map(|a| {
+            let long = a.get_long().unwrap_or_default().to_string();
+            let flag = match a.get_short() {
+                Some(c) => format!("  -{c}, --{long}"),
+                None => format!("      --{long}"),
+            };
+            let default = a
+                .get_default_values()
+                .first()
+                .map(|v| v.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let (type_name, default) = match go_type(a) {
+                GoType::Bool => ("", (default == "true").then(|| default.clone())),
+                GoType::Int => (
+                    "int",
+                    (!default.is_empty() && default != "0").then(|| default.clone()),
+                ),
+                GoType::Duration => (
+                    "duration",
+                    (!default.is_empty() && default != "0s").then(|| default.clone()),
+                ),
+                GoType::String => (
+                    "string",
+                    (!default.is_empty()).then(|| format!("{default:?}")),
+                ),
+                GoType::Strings => ("strings", None),
+            };
+            let flag = if type_name.is_empty() {
+                flag
+            } else {
+                format!("{flag} {type_name}")
+            };
+            let mut help = a.get_help().map(|h| h.to_string()).unwrap_or_default();
+            if let Some(d) = default {
+                help.push_str(&format!(" (default {d})"));
+            }
+            (long, flag, help)
+        })
+        .collect();
+    rows.push((
+        "help".into(),
+        "  -h, --help".into(),
+        format!("help for {name}"),
+    ));
+    rows.sort_by(|a, b| a.0.cmp(&b.0));
+    let width = rows.iter().map(|r| r.1.len()).max().unwrap_or(0) + 3;
+    let mut out = format!("Usage:\n   {name}{args} [flags]\n\nFlags:\n");
+    for (_, flag, help) in rows {
+        out.push_str(&format!("{flag:width$}{help}\n"));
+    }
+    out.push('\n');
+    out
+}
+
 /// Go's text/tabwriter with minwidth 0, tab width 8, padding 1 and tabs as padding: the
 /// tab-terminated cells of consecutive lines form columns padded to a common tab stop.
 pub fn tabwrite(text: &str) -> String {

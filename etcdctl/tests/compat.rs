@@ -355,10 +355,24 @@ fn txn_matches_etcdctl() {
             cmp: Cmp::ErrorOnly,
             ..input(&["txn"], "value(\"t1\") = \"a\"\n\nput t9 \"\\777\"\n\n\n")
         },
-        // Go prints the op's usage before its error line; the exit codes agree.
+        // A flag error prints the op's usage (cobra's own template) before the error line.
         Step {
-            cmp: Cmp::CodeOnly,
+            cmp: Cmp::WholeStderr,
             ..input(&["txn"], "value(\"t1\") = \"a\"\n\ndel --bogus t1\n\n\n")
+        },
+        Step {
+            cmp: Cmp::WholeStderr,
+            ..input(&["txn"], "\nput --bogus t1 v\n\n\n")
+        },
+        // (get's usage lists our 3.5 flags too, --count-only and the revision filters.)
+        Step {
+            cmp: Cmp::ErrorOnly,
+            ..input(&["txn"], "\n\nget --rev x t1\n\n")
+        },
+        // "delete" is no request word in a txn (Go's 3.4 and 3.5 alike).
+        Step {
+            cmp: Cmp::WholeStderr,
+            ..input(&["txn"], "\ndelete t1\n\n\n")
         },
         step(&["get", "t", "--prefix", "-w", "json"]),
     ];

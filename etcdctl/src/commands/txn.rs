@@ -30,7 +30,6 @@ pub struct TxnArgs {
 enum OpLine {
     Get(super::get::GetArgs),
     Put(super::put::PutArgs),
-    #[command(alias = "delete")]
     Del(super::del::DelArgs),
 }
 
@@ -213,15 +212,21 @@ pub fn parse_op(line: &str, write_out: &str) -> Result<RequestOp> {
             "invalid txn compare request: {line}"
         )));
     }
-    if !["get", "put", "del", "delete"].contains(&words[0].to_str().unwrap_or_default()) {
+    // Only these three: Go's etcdctl refuses "delete" here too (3.4 and 3.5).
+    if !["get", "put", "del"].contains(&words[0].to_str().unwrap_or_default()) {
         return Err(CtlError::InvalidInput(format!(
             "invalid txn request: {line}"
         )));
     }
-    // A flag error is Go's "invalid txn request" (it prints the command's usage first; ours
-    // does not).
-    let op = OpLine::try_parse_from(&words)
-        .map_err(|_| CtlError::InvalidInput(format!("invalid txn request: {line}")))?;
+    // A flag error is Go's "invalid txn request", after the usage of the request's command
+    // (cobra's own template: etcd parses each line with a command of its own).
+    let op = OpLine::try_parse_from(&words).map_err(|_| {
+        let root = <crate::Cli as clap::CommandFactory>::command();
+        if let Some(cmd) = words[0].to_str().and_then(|w| root.find_subcommand(w)) {
+            eprint!("{}", crate::help::cobra_usage(cmd));
+        }
+        CtlError::InvalidInput(format!("invalid txn request: {line}"))
+    })?;
     let request = match op {
         OpLine::Get(a) => {
             request_op::Request::RequestRange(super::get::build_request(&a, write_out)?)

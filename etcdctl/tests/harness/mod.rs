@@ -212,6 +212,15 @@ pub struct Seen {
     pub stdout: String,
     /// The first line of stderr, without the Go client's JSON log lines.
     pub stderr_first: String,
+    /// All of stderr but those log lines (compared by `Cmp::WholeStderr` only).
+    pub stderr: String,
+}
+
+impl Seen {
+    /// What `Cmp::Full` compares.
+    fn same(&self, o: &Seen) -> bool {
+        self.code == o.code && self.stdout == o.stdout && self.stderr_first == o.stderr_first
+    }
 }
 
 /// How strictly a step's outputs are compared.
@@ -224,6 +233,8 @@ pub enum Cmp {
     ErrorOnly,
     /// Exit code only (the error text differs; see the step's comment).
     CodeOnly,
+    /// stdout, exit code and every stderr line (usage blocks printed before an error).
+    WholeStderr,
     /// Like Full, but the order of lines, of JSON array items and of the names in
     /// ETCD_INITIAL_CLUSTER does not matter: the server lists members by their random IDs,
     /// so twin servers list the same members in different orders.
@@ -448,15 +459,15 @@ pub fn spawn_client(
 
 pub fn seen(out: &Output) -> Seen {
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let first = stderr
+    let lines: Vec<&str> = stderr
         .lines()
-        .find(|l| !l.starts_with("{\"level\""))
-        .unwrap_or("")
-        .to_string();
+        .filter(|l| !l.starts_with("{\"level\""))
+        .collect();
     Seen {
         code: out.status.code(),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr_first: first,
+        stderr_first: lines.first().copied().unwrap_or("").to_string(),
+        stderr: lines.join("\n"),
     }
 }
 
@@ -600,9 +611,10 @@ impl Twin {
             a.stdout = mask_numbers(&a.stdout, s.mask);
             b.stdout = mask_numbers(&b.stdout, s.mask);
             let same = match s.cmp {
-                Cmp::Full => a == b,
+                Cmp::Full => a.same(&b),
                 Cmp::ErrorOnly => a.code == b.code && a.stderr_first == b.stderr_first,
                 Cmp::CodeOnly => a.code == b.code,
+                Cmp::WholeStderr => a.same(&b) && a.stderr == b.stderr,
                 Cmp::Unordered => {
                     a.code == b.code
                         && a.stderr_first == b.stderr_first
@@ -726,9 +738,10 @@ impl Twin {
         let a = run(Client::Go, &self.go);
         let b = run(Client::Ours, &self.ours);
         let same = match cmp {
-            Cmp::Full => a == b,
+            Cmp::Full => a.same(&b),
             Cmp::ErrorOnly => a.code == b.code && a.stderr_first == b.stderr_first,
             Cmp::CodeOnly => a.code == b.code,
+            Cmp::WholeStderr => a.same(&b) && a.stderr == b.stderr,
             Cmp::Unordered => a.code == b.code && unordered(&a.stdout) == unordered(&b.stdout),
         };
         (!same).then(|| format!("{args:?} env {env:?}:\n  go:   {a:?}\n  ours: {b:?}"))

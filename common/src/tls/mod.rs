@@ -119,13 +119,35 @@ pub fn cipher_suite_filter(names: &[String]) -> Result<Option<Vec<rustls::Cipher
     Ok(Some(out))
 }
 
-/// ring's provider with the TLS 1.2 suites narrowed to `cipher_suites` (when given).
+/// Go's preference among the suites rustls has (crypto/tls on a machine with AES hardware):
+/// AES-128-GCM, then AES-256-GCM, then ChaCha20, ECDSA before RSA. A server that picks by
+/// this order (`ServerConfig::ignore_client_order`) negotiates what etcd would.
+const GO_PREFERENCE: &[rustls::CipherSuite] = &[
+    rustls::CipherSuite::TLS13_AES_128_GCM_SHA256,
+    rustls::CipherSuite::TLS13_AES_256_GCM_SHA384,
+    rustls::CipherSuite::TLS13_CHACHA20_POLY1305_SHA256,
+    rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+    rustls::CipherSuite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+    rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+    rustls::CipherSuite::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+    rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+    rustls::CipherSuite::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+];
+
+/// ring's provider with the TLS 1.2 suites narrowed to `cipher_suites` (when given), in Go's
+/// order of preference.
 pub fn provider(cipher_suites: &[String]) -> Result<Arc<CryptoProvider>, String> {
     let mut p = rustls::crypto::ring::default_provider();
     if let Some(keep) = cipher_suite_filter(cipher_suites)? {
         p.cipher_suites
             .retain(|s| s.version() == &rustls::version::TLS13 || keep.contains(&s.suite()));
     }
+    p.cipher_suites.sort_by_key(|s| {
+        GO_PREFERENCE
+            .iter()
+            .position(|g| *g == s.suite())
+            .unwrap_or(GO_PREFERENCE.len())
+    });
     Ok(Arc::new(p))
 }
 

@@ -168,6 +168,8 @@ impl TlsServer {
                 info.key_file
             )
         })?;
+        // The server's order decides, as Go's does: clients get the suite etcd would give.
+        config.ignore_client_order = true;
         // gRPC clients need h2; curl and browsers speak HTTP/1.1 on the same port. The peer
         // port speaks etcd's rafthttp, HTTP/1.1 only.
         config.alpn_protocols = match side {

@@ -5,6 +5,10 @@
 #   scripts/chaos.sh [seconds] [members] [rounds]
 #   CHAOS_FAULTS="kill -9 leader,kill -9 follower" scripts/chaos.sh 3600 5
 #   CHAOS_SEED=1796169109 scripts/chaos.sh 60        # replay one run's choices
+#
+# As root each member's data dir is a tmpfs of its own ("disk full" shrinks it). A run killed
+# from outside (kill -9, a timeout) leaves them mounted, and its members running: list them
+# with `findmnt -t tmpfs | grep '/\.tmp'` and `umount -l` them once no member runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs="${1:-600}"

@@ -41,6 +41,10 @@ const KEYS: u64 = 8;
 /// Each member's data dir is a tmpfs of its own (when the run may mount one) this big; the
 /// "disk full" fault shrinks it to what is in use.
 const DISK: &str = "size=2g";
+/// Values put (outside the workload's keys) while a member's disk is full, so that its db
+/// must grow: the WAL's current segment is preallocated and the db reuses freed pages.
+const BALLAST_PUTS: usize = 4;
+const BALLAST_BYTES: usize = 256 * 1024;
 const CLIENTS: usize = 6;
 /// The first revision a client's write can have (revision 1 is the empty store).
 const FIRST_REVISION: i64 = 2;
@@ -403,11 +407,26 @@ fn inject(
         }
         "disk full" => {
             // Any member, the leader as often as the others: its disk keeps no room beyond
-            // what is in use, so the next page its db or WAL needs is refused. A member that
-            // meets it stops (as etcd panics) saying so; one that needed no page rides it out.
+            // what is in use, so the next page its db or WAL needs is refused. Big values
+            // written meanwhile make its db grow. A member that meets the full disk stops (as
+            // etcd panics) saying so; one that needed no page rides it out.
             let i = rng.below(n as u64) as usize;
             let disk = &disks[i];
-            disk.resize(&format!("size={}k", disk.used() / 1024));
+            let log_from = std::fs::metadata(c.nodes[i].log_path()).map_or(0, |m| m.len());
+            // A member may take a page between the look and the remount: look again.
+            let full = (0..20).any(|_| disk.try_resize(&format!("size={}k", disk.used() / 1024)));
+            if !full {
+                *stats
+                    .entry("disk full not made (the disk kept growing)")
+                    .or_default() += 1;
+                all_healthy(c);
+                return;
+            }
+            let via = (i + 1) % n;
+            for k in 0..BALLAST_PUTS {
+                let key = format!("ballast/{k}");
+                c.nodes[via].etcdctl_with_input(&["put", &key], &[b'x'; BALLAST_BYTES]);
+            }
             let until = Instant::now() + pause + Duration::from_secs(1);
             let mut stopped = None;
             while stopped.is_none() && Instant::now() < until {
@@ -415,12 +434,20 @@ fn inject(
                 std::thread::sleep(Duration::from_millis(50));
             }
             disk.resize(DISK);
+            // One that met it just now may still be on its way out.
+            let until = Instant::now() + Duration::from_secs(2);
+            while stopped.is_none() && Instant::now() < until {
+                stopped = c.nodes[i].exited();
+                std::thread::sleep(Duration::from_millis(50));
+            }
             if let Some(st) = stopped {
-                let log = c.nodes[i].log_tail(20);
+                let log = std::fs::read(c.nodes[i].log_path()).unwrap_or_default();
+                let since = String::from_utf8_lossy(&log[(log_from as usize).min(log.len())..]);
                 assert!(
-                    !st.success() && log.contains("No space left on device"),
-                    "{} stopped ({st}) on a full disk without saying so:\n{log}",
-                    c.nodes[i].name
+                    !st.success() && since.contains("No space left on device"),
+                    "{} stopped ({st}) on a full disk without saying so:\n{}",
+                    c.nodes[i].name,
+                    c.nodes[i].log_tail(20)
                 );
                 *stats.entry("disk full stopped the member").or_default() += 1;
                 c.nodes[i].kill9();
@@ -679,6 +706,17 @@ fn run(members: usize, secs: u64, seed: u64) {
     eprintln!("chaos: faults injected: {counts:?}");
     if !stats.is_empty() {
         eprintln!("chaos: what they did: {stats:?}");
+    }
+    // With ballast written, a full disk stops its member: if two never did, the fault is
+    // not biting (a disk that is not the data dir's, or room left somewhere).
+    if counts.get("disk full").is_some_and(|&d| d >= 2) {
+        assert!(
+            stats
+                .get("disk full stopped the member")
+                .is_some_and(|&s| s > 0),
+            "{} disk fulls and no member stopped: {stats:?}",
+            counts["disk full"]
+        );
     }
     let lease_reads: usize = leases.iter().map(|l| l.reads.len()).sum();
     let gone_after_ttl: usize = leases

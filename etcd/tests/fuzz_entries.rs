@@ -545,6 +545,33 @@ fn conf_change() -> impl Strategy<Value = ConfChange> {
     })
 }
 
+/// etcd 3.4's v2 proposals: a member's attributes and the cluster version.
+fn v2_request() -> impl Strategy<Value = Request> {
+    let path = prop_oneof![
+        (1u64..5).prop_map(|id| format!("/0/members/{id:x}/attributes")),
+        Just("/0/version".to_string()),
+        Just("/0/members/zz/attributes".to_string()),
+    ];
+    let val = prop_oneof![
+        name().prop_map(|n| format!(r#"{{"name":"{n}","clientURLs":["http://c"]}}"#)),
+        Just("3.4.0".to_string()),
+        Just("{".to_string()),
+    ];
+    (
+        1u64..1000,
+        pick(&["PUT", "GET"].map(String::from)),
+        path,
+        val,
+    )
+        .prop_map(|(id, method, path, val)| Request {
+            id,
+            method,
+            path,
+            val,
+            ..Default::default()
+        })
+}
+
 /// An entry: a request as proposed, one with bytes broken, random bytes, or a conf change.
 fn entry() -> impl Strategy<Value = Ent> {
     let broken = (request(), any::<prop::sample::Index>(), any::<u8>(), 0u8..3).prop_map(
@@ -563,6 +590,7 @@ fn entry() -> impl Strategy<Value = Ent> {
     );
     prop_oneof![
         12 => request().prop_map(|r| Ent::Normal(r.encode_to_vec())),
+        2 => v2_request().prop_map(|r| Ent::Normal(r.encode_to_vec())),
         3 => conf_change().prop_map(Ent::Conf),
         2 => broken,
         1 => prop::collection::vec(any::<u8>(), 0..48).prop_map(Ent::Normal),
@@ -601,7 +629,8 @@ fn check(log: Vec<Ent>, cut: usize) -> Result<(), TestCaseError> {
         answers.push(out);
     }
 
-    // B stops (its process killed: nothing flushed on purpose) after `cut` entries, restarts
+    // B stops after `cut` entries (dropping the store commits what it applied: each commit
+    // carries its consistent index, so a crash would only look like an earlier cut), restarts
     // from its db and is handed the whole log again, as raft replays the WAL after a restart.
     let mut b = Member::open(db.path());
     for (i, ent) in log.iter().take(cut).enumerate() {
@@ -731,6 +760,42 @@ fn attributes_of_a_removed_member_bring_no_record_back() {
     });
     // Published after the member was removed, and by a member never added.
     run_named(vec![add(1, false, false), remove, attrs(1), attrs(2)]).expect("ghost members");
+
+    // A member in the cluster takes its attributes, by a v3 request or etcd 3.4's v2 one,
+    // and keeps its peer URLs.
+    let v2 = Ent::Normal(
+        Request {
+            id: 7,
+            method: "PUT".into(),
+            path: "/0/members/2/attributes".into(),
+            val: r#"{"name":"n2","clientURLs":["http://c2"]}"#.into(),
+            ..Default::default()
+        }
+        .encode_to_vec(),
+    );
+    let log = vec![add(1, false, false), add(2, false, false), attrs(1), v2];
+    run_named(log.clone()).expect("attributes");
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut m = Member::open(dir.path());
+    for (i, e) in log.iter().enumerate() {
+        m.apply(i as u64 + 1, e);
+    }
+    let got: Vec<(u64, String, Vec<String>, Vec<String>)> = bootstrap::load_members(&m.kv)
+        .into_iter()
+        .map(|x| (x.id, x.name, x.peer_urls, x.client_urls))
+        .collect();
+    let want = |id: u64, name: &str, c: &str| {
+        (
+            id,
+            name.to_string(),
+            vec![format!("http://p{id}")],
+            vec![c.to_string()],
+        )
+    };
+    assert_eq!(
+        got,
+        vec![want(1, "m", "http://c"), want(2, "n2", "http://c2")]
+    );
 }
 
 #[test]

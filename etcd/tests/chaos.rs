@@ -1,6 +1,6 @@
 // The fault-injection suite: a 3- (or 5-) member cluster of our binary under a recorded client
-// workload while members are killed, paused, partitioned, restarted, moved off leadership and
-// run out of disk.
+// workload while members are killed, paused, partitioned (the leader alone or in a minority),
+// restarted, moved off leadership and run out of disk.
 //
 // Every operation is recorded with its invoke and complete times; at the end the members'
 // revision histories, their HashKV and a watcher that lived through the faults are checked
@@ -354,6 +354,35 @@ fn inject(
             std::thread::sleep(pause + Duration::from_secs(1));
             c.isolate(i, false);
         }
+        "leader in a minority" => {
+            // The leader and as many others as stay short of a majority on one side, the
+            // rest on the other (5 members: 2|3; 3 members: the leader alone); clients still
+            // reach every member, so the old leader must neither commit nor serve a stale read.
+            let mut minority = vec![leader];
+            while minority.len() < (n - 1) / 2 {
+                let j = rng.below(n as u64) as usize;
+                if !minority.contains(&j) {
+                    minority.push(j);
+                }
+            }
+            let ids: Vec<String> = c.nodes.iter().map(|m| c.member_id_hex(&m.name)).collect();
+            let split = |block: bool| {
+                for (y, m) in c.nodes.iter().enumerate() {
+                    for (x, id) in ids.iter().enumerate() {
+                        if minority.contains(&x) != minority.contains(&y) {
+                            m.proxy.as_ref().expect("proxied").block_from(id, block);
+                        }
+                    }
+                }
+            };
+            split(true);
+            std::thread::sleep(pause + Duration::from_secs(1));
+            split(false);
+            // The majority side should have chosen a leader of its own meanwhile.
+            if !minority.contains(&c.leader(Duration::from_secs(30))) {
+                *stats.entry("the majority elected a new leader").or_default() += 1;
+            }
+        }
         "one-way cut from leader" => {
             let id = c.member_id_hex(&c.nodes[leader].name);
             let proxy = c.nodes[follower].proxy.as_ref().expect("proxied");
@@ -507,6 +536,7 @@ const FAULTS: &[&str] = &[
     "SIGSTOP pause",
     "isolate leader",
     "isolate follower",
+    "leader in a minority",
     "one-way cut from leader",
     "move leader",
     "rolling restart",

@@ -380,7 +380,9 @@ fn inject(
             split(false);
             // The majority side should have chosen a leader of its own meanwhile.
             if !minority.contains(&c.leader(Duration::from_secs(30))) {
-                *stats.entry("the majority elected a new leader").or_default() += 1;
+                *stats
+                    .entry("the majority elected a new leader")
+                    .or_default() += 1;
             }
         }
         "one-way cut from leader" => {

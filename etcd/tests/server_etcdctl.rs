@@ -540,6 +540,61 @@ fn quota_raises_nospace_until_disarmed() {
     assert_eq!(code, 0, "{err}");
 }
 
+/// The quota counts every op of a txn, nested txns' too (etcd's 2026 fix of costTxnReq, which
+/// skipped them and let a nested put past the quota): a put bigger than the quota is refused
+/// one and two txns deep, and raises NOSPACE (the flat put: quota_raises_nospace_until_disarmed).
+#[test]
+fn a_nested_txn_counts_against_the_quota() {
+    use proto::etcdserverpb::{
+        PutRequest, RequestOp, TxnRequest, kv_client::KvClient, request_op::Request,
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let ours = RealEtcd::start_bin(
+        OURS,
+        &tmp.path().join("ours"),
+        "node",
+        &["--quota-backend-bytes", "300000"],
+    );
+    let put = RequestOp {
+        request: Some(Request::RequestPut(PutRequest {
+            key: b"big".to_vec(),
+            value: vec![b'x'; 400_000],
+            ..Default::default()
+        })),
+    };
+    let txn = |op: RequestOp| TxnRequest {
+        success: vec![op],
+        ..Default::default()
+    };
+    let nested = RequestOp {
+        request: Some(Request::RequestTxn(txn(put.clone()))),
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let errors: Vec<String> = rt.block_on(async {
+        let mut kv = KvClient::connect(ours.client_url.clone()).await.unwrap();
+        let mut out = Vec::new();
+        for t in [
+            txn(nested.clone()),
+            txn(RequestOp {
+                request: Some(Request::RequestTxn(txn(nested))),
+            }),
+        ] {
+            out.push(match kv.txn(t).await {
+                Ok(_) => "accepted".to_string(),
+                Err(st) => st.message().to_string(),
+            });
+        }
+        out
+    });
+    for e in &errors {
+        assert_eq!(e, "etcdserver: mvcc: database space exceeded", "{errors:?}");
+    }
+    let (_, alarms, _) = ctl(&ours, &["alarm", "list"], None);
+    assert!(alarms.contains("alarm:NOSPACE"), "{alarms}");
+    let (_, got, _) = ctl(&ours, &["get", "big", "--keys-only"], None);
+    assert_eq!(got, "", "a refused put was written");
+}
+
 /// `etcdctl lock` over our Lock service: a second locker waits until the first releases.
 #[test]
 fn lock_serialises_two_holders() {

@@ -1,5 +1,5 @@
 // `etcdctl check perf` against a real etcd 3.4: the refusal of a used prefix as the Go
-// etcdctl words it, and a full small-load run that passes and cleans up after itself.
+// etcdctl words it, and a full small-load run whose report is etcd's and cleans up after itself.
 
 #[path = "../../common/tests/support/mod.rs"]
 mod support;
@@ -42,32 +42,45 @@ fn check_perf_refuses_a_used_prefix_and_passes_a_small_load() {
     let bad = run(OURS, &s.client_url, &["check", "perf", "--load", "huge"]);
     assert!(!bad.status.success());
 
-    // A minute of the small load (150 writes/s from 50 clients).
+    // A minute of the small load (150 writes/s from 50 clients). Whether the machine meets
+    // etcd's bounds is a benchmark's question (a loaded CI machine once had a 0.68 s slowest
+    // write against etcd's 0.5 s): this checks the report. Each of the three checks is a
+    // PASS line or etcd's failure line, and the verdict and exit status follow from them.
     let out = run(OURS, &s.client_url, &["check", "perf"]);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
+    let lines: Vec<&str> = text.lines().collect();
+    let check = |pass: &str, fail: &str| -> bool {
+        let passed = lines.iter().any(|l| l.starts_with(pass));
+        let failed = lines.iter().any(|l| l.starts_with(fail));
+        assert!(passed != failed, "one of {pass:?} / {fail:?} in:\n{text}");
+        passed
+    };
+    let all = [
+        check("PASS: Throughput is ", "FAIL: Throughput too low: "),
+        check(
+            "PASS: Slowest request took ",
+            "Slowest request took too long: ",
+        ),
+        check("PASS: Stddev is ", "Stddev too high: "),
+    ];
+    let verdict = if all.iter().all(|p| *p) {
+        "PASS"
+    } else {
+        "FAIL"
+    };
+    assert_eq!(lines.last(), Some(&verdict), "{text}");
+    assert_eq!(
         out.status.success(),
+        verdict == "PASS",
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let lines: Vec<&str> = text.lines().collect();
     assert!(
         lines
             .iter()
-            .any(|l| l.starts_with("PASS: Throughput is ") && l.ends_with(" writes/s")),
+            .any(|l| l.contains("Throughput") && l.ends_with(" writes/s")),
         "{text}"
     );
-    assert!(
-        lines
-            .iter()
-            .any(|l| l.starts_with("PASS: Slowest request took ")),
-        "{text}"
-    );
-    assert!(
-        lines.iter().any(|l| l.starts_with("PASS: Stddev is ")),
-        "{text}"
-    );
-    assert_eq!(lines.last(), Some(&"PASS"));
     // Its keys are gone afterwards.
     let left = s.etcdctl_ok(&["get", "/etcdctl-check-perf/", "--prefix", "--keys-only"]);
     assert!(left.trim().is_empty(), "{left}");

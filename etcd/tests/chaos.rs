@@ -365,7 +365,8 @@ fn inject(
                     minority.push(j);
                 }
             }
-            let ids: Vec<String> = c.nodes.iter().map(|m| c.member_id_hex(&m.name)).collect();
+            let names: Vec<&str> = c.nodes.iter().map(|m| m.name.as_str()).collect();
+            let ids = c.member_ids_hex(&names);
             let split = |block: bool| {
                 for (y, m) in c.nodes.iter().enumerate() {
                     for (x, id) in ids.iter().enumerate() {

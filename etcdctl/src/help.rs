@@ -226,13 +226,18 @@ fn go_type(a: &Arg) -> GoType {
     }
 }
 
-/// "      --limit=0" / "  -w, --write-out=\"simple\"" / "      --prefix[=false]" and its help.
-fn flag_row(a: &Arg) -> (String, String) {
+/// "  -w, --write-out" / "      --limit": a flag's names as pflag lists them.
+fn flag_names(a: &Arg) -> String {
     let long = a.get_long().unwrap_or_default();
-    let mut s = match a.get_short() {
+    match a.get_short() {
         Some(c) => format!("  -{c}, --{long}"),
         None => format!("      --{long}"),
-    };
+    }
+}
+
+/// "      --limit=0" / "  -w, --write-out=\"simple\"" / "      --prefix[=false]" and its help.
+fn flag_row(a: &Arg) -> (String, String) {
+    let mut s = flag_names(a);
     let defaults: Vec<String> = a
         .get_default_values()
         .iter()
@@ -264,10 +269,7 @@ pub fn cobra_usage(cmd: &Command) -> String {
         .filter(|a| a.get_long().is_some() && !a.is_hide_set())
         .map(|a| {
             let long = a.get_long().unwrap_or_default().to_string();
-            let flag = match a.get_short() {
-                Some(c) => format!("  -{c}, --{long}"),
-                None => format!("      --{long}"),
-            };
+            let flag = flag_names(a);
             let default = a
                 .get_default_values()
                 .first()

@@ -552,17 +552,27 @@ impl Cluster {
 
     /// A member's ID as etcdctl prints it (hex), from `member list`.
     pub fn member_id_hex(&self, name: &str) -> String {
+        self.member_ids_hex(&[name]).remove(0)
+    }
+
+    /// The IDs of the members named `names`, in that order, from one `member list`.
+    pub fn member_ids_hex(&self, names: &[&str]) -> Vec<String> {
         let any = self
             .nodes
             .iter()
             .find(|m| m.child.is_some())
             .expect("a running member");
-        any.etcdctl_ok(&["member", "list"])
-            .lines()
-            .find(|l| l.split(", ").nth(2) == Some(name))
-            .and_then(|l| l.split(", ").next())
-            .unwrap_or_else(|| panic!("member {name} not in the member list"))
-            .to_string()
+        let list = any.etcdctl_ok(&["member", "list"]);
+        names
+            .iter()
+            .map(|name| {
+                list.lines()
+                    .find(|l| l.split(", ").nth(2) == Some(*name))
+                    .and_then(|l| l.split(", ").next())
+                    .unwrap_or_else(|| panic!("member {name} not in the member list"))
+                    .to_string()
+            })
+            .collect()
     }
 }
 

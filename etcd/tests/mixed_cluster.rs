@@ -495,6 +495,137 @@ fn assert_every_member_started(c: &Cluster) {
     }
 }
 
+/// `member list` as `m` prints it, its lines sorted (members come in no fixed order).
+fn member_lines(m: &Node) -> Vec<String> {
+    let mut lines: Vec<String> = m
+        .etcdctl_ok(&["member", "list"])
+        .lines()
+        .map(str::to_string)
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// Waits until every running member lists the same members as `c.nodes[0]`, and returns them.
+fn wait_same_member_lists(c: &Cluster) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let lists: Vec<Vec<String>> = c
+            .nodes
+            .iter()
+            .filter(|m| m.child.is_some())
+            .map(member_lines)
+            .collect();
+        if lists.iter().all(|l| *l == lists[0]) {
+            return lists[0].clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the members list different members: {lists:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// etcd 3.4's `snapshot restore` leaves the old cluster's members in the db's `members`
+/// bucket and writes the new ones only into the .snap's v2 store (each reaches the bucket
+/// when it publishes). Ours takes over such a dir after it ran past its .snap, and another of
+/// ours gets such a db in an etcd leader's snapshot: both list the members etcd lists (not the
+/// old cluster's), reach the member that had not started, and lead it.
+#[test]
+fn a_cluster_restored_by_etcd_34_keeps_its_members_under_ours() {
+    let dir = tmp();
+    let flags: Vec<&str> = FAST
+        .iter()
+        .copied()
+        .chain(["--snapshot-count", "1000"])
+        .collect();
+    let old = Cluster::start(ETCD, &dir.path().join("old"), 1, false, FAST);
+    let before = write_many(&old.nodes[0], "old/", 20);
+    let db = dir.path().join("backup.db");
+    let db = db.to_str().expect("utf-8 path");
+    old.nodes[0].etcdctl_ok(&["snapshot", "save", db]);
+    drop(old);
+
+    let nodes = cluster_support::members(&dir.path().join("new"), 3, false, &flags, |_| {});
+    for m in &nodes {
+        let data_dir = m.data_dir.to_str().expect("utf-8 path");
+        let out = std::process::Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args([
+                "snapshot",
+                "restore",
+                db,
+                "--name",
+                &m.name,
+                "--data-dir",
+                data_dir,
+            ])
+            .args(["--initial-cluster", &m.initial_cluster])
+            .args(["--initial-cluster-token", "test-cluster"])
+            .args(["--initial-advertise-peer-urls", &m.advertise_peer])
+            .output()
+            .expect("run etcdctl snapshot restore");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let mut c = Cluster {
+        bin: ETCD.to_string(),
+        nodes,
+    };
+    // Two etcd members run; the third has never started (its record has no name yet).
+    for i in 0..2 {
+        c.nodes[i].spawn(ETCD);
+    }
+    for i in 0..2 {
+        c.nodes[i].wait_healthy(Duration::from_secs(30));
+    }
+    let etcd_list = wait_same_member_lists(&c);
+    assert_eq!(etcd_list.len(), 3, "{etcd_list:#?}");
+    // Far enough past the .snap that the etcd leader sends the third member a snapshot.
+    move_leader(&c, 1);
+    let acked = write_many(&c.nodes[1], "a/", 6000);
+
+    // Ours on the first member's dir: the db has applied past the .snap.
+    c.nodes[0].stop();
+    c.nodes[0].spawn(OURS);
+    c.nodes[0].wait_healthy(Duration::from_secs(30));
+    assert_eq!(wait_same_member_lists(&c), etcd_list);
+
+    // Ours on the member that never ran: it catches up from the etcd leader's snapshot.
+    c.nodes[2].spawn(OURS);
+    c.nodes[2].wait_healthy(Duration::from_secs(60));
+    c.nodes[2].wait_local(acked.last().expect("a write"), "v", Duration::from_secs(30));
+    assert!(
+        log_has(&c.nodes[2], "received a database snapshot"),
+        "the new member caught up without a snapshot; log ends:\n{}",
+        c.nodes[2].log_tail(30)
+    );
+    let list = wait_same_member_lists(&c);
+    assert_every_member_started(&c);
+    assert_eq!(list.len(), 3, "{list:#?}");
+
+    // Each of ours leads the other two under writes.
+    let writer = Writer::start_many(
+        c.nodes.iter().map(|m| m.client_url.clone()).collect(),
+        "w/",
+        4,
+    );
+    move_leader(&c, 2);
+    std::thread::sleep(Duration::from_millis(500));
+    move_leader(&c, 0);
+    std::thread::sleep(Duration::from_millis(500));
+    finish_writes(writer, &c.nodes);
+    for m in &c.nodes {
+        assert_all_present(m, "a/", &acked);
+        assert_all_present(m, "old/", &before);
+    }
+    assert_hash_equal(&c.nodes.iter().collect::<Vec<_>>());
+}
+
 /// The same rolling replacement on a cluster of etcd 3.5 (3.5.16): each member in turn to ours
 /// on its own data dir, then each back to etcd 3.5, under writes; the cluster stays at version
 /// 3.5 throughout, each swapped member leads, every acknowledged write is on every member.

@@ -422,29 +422,69 @@ fn apply_v2(w: &mut crate::mvcc::WriteTxn<'_>, r: &Request, effects: &mut Vec<Ef
     if r.path == "/0/version" {
         w.put_raw(buckets::CLUSTER, b"clusterVersion", r.val.as_bytes());
         effects.push(Effect::ClusterVersion(r.val.clone()));
-    } else if let Some(id_hex) = r
+    } else if let Some(a) = v2_member_attributes(r)
+        && update_member(w, a.id, &a.name, &a.client_urls)
+    {
+        effects.push(Effect::MemberAttributes {
+            id: a.id,
+            name: a.name,
+            client_urls: a.client_urls,
+        });
+    }
+}
+
+/// A member's published name and client URLs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemberAttributes {
+    pub id: u64,
+    pub name: String,
+    pub client_urls: Vec<String>,
+}
+
+/// The attributes a v2 `PUT /0/members/<id>/attributes` request publishes.
+fn v2_member_attributes(r: &Request) -> Option<MemberAttributes> {
+    #[derive(serde::Deserialize)]
+    struct Attrs {
+        #[serde(default)]
+        name: String,
+        #[serde(rename = "clientURLs", default)]
+        client_urls: Vec<String>,
+    }
+    if r.method != "PUT" {
+        return None;
+    }
+    let id_hex = r
         .path
         .strip_prefix("/0/members/")
-        .and_then(|p| p.strip_suffix("/attributes"))
-        && let Ok(id) = u64::from_str_radix(id_hex, 16)
-    {
-        #[derive(serde::Deserialize)]
-        struct Attrs {
-            #[serde(default)]
-            name: String,
-            #[serde(rename = "clientURLs", default)]
-            client_urls: Vec<String>,
-        }
-        if let Ok(a) = serde_json::from_str::<Attrs>(&r.val)
-            && update_member(w, id, &a.name, &a.client_urls)
-        {
-            effects.push(Effect::MemberAttributes {
-                id,
-                name: a.name,
-                client_urls: a.client_urls,
-            });
-        }
+        .and_then(|p| p.strip_suffix("/attributes"))?;
+    let id = u64::from_str_radix(id_hex, 16).ok()?;
+    let a = serde_json::from_str::<Attrs>(&r.val).ok()?;
+    Some(MemberAttributes {
+        id,
+        name: a.name,
+        client_urls: a.client_urls,
+    })
+}
+
+/// The attributes a normal entry publishes, decoded as apply decodes it: 3.5's
+/// ClusterMemberAttrSet or 3.4's v2 request.
+pub fn member_attributes(data: &[u8]) -> Option<MemberAttributes> {
+    if data.is_empty() {
+        return None;
     }
+    if let Ok(r) = InternalRaftRequest::decode(data) {
+        let a = r.cluster_member_attr_set?;
+        let attrs = a.member_attributes.unwrap_or_default();
+        return Some(MemberAttributes {
+            id: a.member_id,
+            name: attrs.name,
+            client_urls: attrs.client_urls,
+        });
+    }
+    Request::decode(data)
+        .ok()
+        .as_ref()
+        .and_then(v2_member_attributes)
 }
 
 /// What a valid conf change does to the member records.

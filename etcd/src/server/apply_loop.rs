@@ -13,6 +13,7 @@ use proto::raftpb::{Entry, EntryType, Message, Snapshot, SnapshotMetadata};
 use super::Shared;
 use super::apply::{self, Effect};
 use super::raft_loop::RaftMsg;
+use crate::membership::id_hex;
 use crate::transport::{Report, Transport};
 use common::snap::Snapshotter;
 
@@ -269,8 +270,33 @@ impl ApplyLoop {
             .replace_with(super::bootstrap::leases_of(cfg, kv));
         self.shared.alarms.reload(kv);
         self.shared.auth.reload(kv);
-        let members = super::bootstrap::load_members(kv);
-        let removed = super::bootstrap::load_removed(kv);
+        let mut members = super::bootstrap::load_members(kv);
+        let mut removed = super::bootstrap::load_removed(kv);
+        // The snapshot's v2 store is the membership at its index, as etcd recovers it (the db
+        // of a cluster etcd 3.4 restored lists the old cluster's members). It is that of the
+        // db only when the db has applied nothing past the snapshot.
+        if let Some(v2) = snap
+            .data
+            .as_deref()
+            .and_then(crate::membership::v2store::members_from_image)
+            .filter(|m| !m.is_empty())
+            && kv.consistent_index() <= md.index
+            && !super::v2_membership::same_members(&v2, &members)
+        {
+            tracing::warn!(
+                bucket = ?members.iter().map(|m| id_hex(m.id)).collect::<Vec<_>>(),
+                snapshot = ?v2.iter().map(|m| id_hex(m.id)).collect::<Vec<_>>(),
+                "the snapshot's db lists other members than its v2 store; taking the v2 store's, as etcd does"
+            );
+            for m in &members {
+                if !v2.iter().any(|x| x.id == m.id) {
+                    self.transport.remove_peer(m.id);
+                }
+            }
+            members = v2;
+            removed.retain(|id| !members.iter().any(|m| m.id == *id));
+            super::bootstrap::replace_members_bucket(kv, &members, &removed);
+        }
         for m in &members {
             self.transport.set_peer(m.id, m.peer_urls.clone());
         }

@@ -13,6 +13,7 @@ use prost::Message;
 use proto::etcdserverpb::Metadata;
 use proto::walpb;
 
+use super::v2_membership;
 use crate::config::{ClusterState, Config};
 use crate::lease::Lessor;
 use crate::membership::{self, Member};
@@ -492,19 +493,31 @@ fn restart(cfg: &Config) -> Result<Booted, BootError> {
         tracing::warn!("the WAL holds no entries: bootstrapping the member again");
         node.bootstrap(&bootstrap_peers(&members))?;
     }
-    // The snapshot's membership counts when the db holds nothing newer than the snapshot
-    // (a dir restored by etcd 3.4, whose db still lists the old cluster); the db's
-    // `members` bucket is then made to agree, since conf changes are checked against it.
-    let members = match snap_members {
-        Some(ms) if snapshot_index >= kv.consistent_index() => {
-            if ms != load_members(&kv) {
-                replace_members_bucket(&kv, &ms);
-            }
-            ms
+    // etcd 3.4 and 3.5 take the membership from the snapshot's v2 store and the log after it,
+    // not from the db: the db's `members` bucket of a dir etcd 3.4 restored still lists the
+    // old cluster's members and lacks the new ones until they publish. So the bucket is made
+    // to agree with the snapshot's members plus the conf changes and attributes of the
+    // entries the db has applied since (later ones are applied as usual).
+    let mut removed = load_removed(&kv);
+    let mut members = load_members(&kv);
+    if let Some(ms) = snap_members {
+        let applied = kv.consistent_index();
+        let after = read
+            .entries
+            .iter()
+            .filter(|e| e.index > snapshot_index && e.index <= applied);
+        let (v2, v2_removed) = v2_membership::replay(ms, removed.clone(), after);
+        if !v2_membership::same_members(&v2, &members) || v2_removed != removed {
+            tracing::warn!(
+                bucket = ?members.iter().map(|m| membership::id_hex(m.id)).collect::<Vec<_>>(),
+                snapshot_and_log = ?v2.iter().map(|m| membership::id_hex(m.id)).collect::<Vec<_>>(),
+                "the db's members bucket disagrees with the snapshot's v2 store and the log; rewriting it as etcd recovers the membership"
+            );
+            replace_members_bucket(&kv, &v2, &v2_removed);
         }
-        _ => load_members(&kv),
-    };
-    let removed = load_removed(&kv);
+        members = v2;
+        removed = v2_removed;
+    }
     if removed.contains(&meta.node_id) {
         return Err(BootError::Config(format!(
             "member {}: {}",
@@ -544,8 +557,9 @@ pub fn load_members(kv: &KvStore) -> Vec<Member> {
         .collect()
 }
 
-/// Rewrites the `members` bucket to hold exactly `members`.
-fn replace_members_bucket(kv: &KvStore, members: &[Member]) {
+/// Rewrites the `members` bucket to hold exactly `members`, and records `removed` in
+/// `members_removed`.
+pub fn replace_members_bucket(kv: &KvStore, members: &[Member], removed: &BTreeSet<u64>) {
     let backend = kv.backend();
     let old = backend
         .range(buckets::MEMBERS, b"\0", Some(&[0xff]), 0)
@@ -559,6 +573,13 @@ fn replace_members_bucket(kv: &KvStore, members: &[Member]) {
             buckets::MEMBERS,
             membership::member_key(m.id).as_bytes(),
             m.to_json().as_bytes(),
+        );
+    }
+    for id in removed {
+        g.put(
+            buckets::MEMBERS_REMOVED,
+            membership::member_key(*id).as_bytes(),
+            b"removed",
         );
     }
     if let Err(e) = g.finish() {

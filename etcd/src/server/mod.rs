@@ -14,6 +14,7 @@ pub mod inbox;
 mod peer_host;
 pub mod raft_loop;
 pub mod reconfig;
+pub mod v2_membership;
 pub mod wait;
 
 use std::collections::BTreeSet;

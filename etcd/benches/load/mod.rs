@@ -10,7 +10,9 @@
 //          and the peak RSS (VmHWM), both servers holding exactly the same data.
 // put1     put, 1 client, closed loop, BENCH_SECS (5) seconds; keys `bench-<client>-<n % 1000>`,
 //          256-byte values.
-// put64    the same with 64 clients.
+// get1     serializable single-key Range of the loaded keys, 1 client: the request's round trip
+//          without raft or the disk, to set beside put1.
+// put64    the same as put1 with 64 clients.
 // txn      64 clients, each request a Txn with one compare that always holds (mod_revision of
 //          the key > -1) and one put in success (keys `txn-<client>-<n % 1000>`, 256 bytes).
 // range    64 clients, single-key Range of the loaded keys, linearizable then serializable.
@@ -432,7 +434,8 @@ pub fn run_suite(
         ..Table::default()
     };
     let workloads = [
-        "keys", "put1", "put64", "txn", "range", "prefix", "watch", "progress", "db", "compact",
+        "keys", "put1", "get1", "put64", "txn", "range", "prefix", "watch", "progress", "db",
+        "compact",
     ];
     for (k, w) in workloads.iter().enumerate() {
         if !cfg.wants(w) {
@@ -458,6 +461,18 @@ async fn workload(w: &str, t: &Target, cfg: &Config, cluster: bool) -> Measured 
         "put1" => {
             let target = if cluster { "≥ 1.2" } else { "≥ 1.3" };
             throughput(t, cfg, 1, Op::Put, "put/s, 1 client", target).await
+        }
+        // The request round trip without raft or the disk: what put1 costs beyond its fsync.
+        "get1" => {
+            throughput(
+                t,
+                cfg,
+                1,
+                Op::Range(true, keys),
+                "range/s serializable, 1 client",
+                "",
+            )
+            .await
         }
         "put64" => throughput(t, cfg, CLIENTS, Op::Put, "put/s, 64 clients", "≥ 2.0").await,
         "txn" => {

@@ -58,6 +58,9 @@ pub struct Shared {
     /// The membership as of the applied index.
     conf_state: Mutex<proto::raftpb::ConfState>,
     failed: Mutex<Option<String>>,
+    /// Woken when `failed` is set. Its own signal: waiting on the applied index instead would
+    /// wake the waiter (main's thread) on every applied entry.
+    failed_notify: tokio::sync::Notify,
     /// Woken when a leader's empty entry is applied, so the cluster version is decided at
     /// once after an election rather than at the next periodic look (etcd does the same).
     pub version_check: tokio::sync::Notify,
@@ -126,6 +129,7 @@ impl Shared {
 
     fn fail(&self, why: String) {
         *self.failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+        self.failed_notify.notify_waiters();
         // Wake readers waiting on the applied index so they see the failure.
         self.applied_tx.send_modify(|_| {});
     }
@@ -225,6 +229,7 @@ impl EtcdServer {
             applied_term: AtomicU64::new(applied_term),
             conf_state: Mutex::new(booted.conf_state),
             failed: Mutex::new(None),
+            failed_notify: tokio::sync::Notify::new(),
             version_check: tokio::sync::Notify::new(),
             cfg,
         });
@@ -624,14 +629,15 @@ impl EtcdServer {
 
     /// Resolves when the server fails for good (e.g. it was removed from the cluster).
     pub async fn wait_failed(&self) -> String {
-        let mut rx = self.applied_rx.clone();
         loop {
+            let notified = self.shared.failed_notify.notified();
+            tokio::pin!(notified);
+            // Registered before the check, so a failure set in between still wakes it.
+            notified.as_mut().enable();
             if let Some(f) = self.failure() {
                 return f;
             }
-            if rx.changed().await.is_err() {
-                return self.failure().unwrap_or_else(|| "stopped".into());
-            }
+            notified.await;
         }
     }
 

@@ -262,6 +262,24 @@ fn write_many(m: &Node, prefix: &str, n: usize) -> Vec<String> {
     w.finish()
 }
 
+/// What each kind logs when it has received a leader's snapshot.
+const OURS_GOT_SNAPSHOT: &str = "received a database snapshot";
+const ETCD_GOT_SNAPSHOT: &str = "received and saved database snapshot";
+
+/// Starts `m` (with `bin`), far behind its leader, and waits until it has the last of `acked`,
+/// which it must have got through a snapshot (its log says `got_snapshot`).
+fn catch_up_by_snapshot(m: &mut Node, bin: &str, acked: &[String], got_snapshot: &str) {
+    m.spawn(bin);
+    m.wait_healthy(Duration::from_secs(60));
+    m.wait_local(acked.last().expect("a write"), "v", Duration::from_secs(30));
+    assert!(
+        log_has(m, got_snapshot),
+        "{} caught up without a snapshot; log ends:\n{}",
+        m.name,
+        m.log_tail(30)
+    );
+}
+
 #[test]
 fn snapshots_go_from_an_etcd_leader_to_ours_and_from_ours_to_etcd() {
     snapshots_both_ways(ETCD);
@@ -289,32 +307,14 @@ fn snapshots_both_ways(etcd: &str) {
     move_leader(&c, 0);
     c.nodes[1].stop();
     let acked = write_many(&c.nodes[0], "a/", 6000);
-    c.nodes[1].spawn(OURS);
-    c.nodes[1].wait_healthy(Duration::from_secs(60));
-    c.nodes[1].wait_local(acked.last().expect("a write"), "v", Duration::from_secs(30));
-    assert!(
-        log_has(&c.nodes[1], "received a database snapshot"),
-        "our member caught up without a snapshot; log ends:\n{}",
-        c.nodes[1].log_tail(30)
-    );
+    catch_up_by_snapshot(&mut c.nodes[1], OURS, &acked, OURS_GOT_SNAPSHOT);
     assert_all_present(&c.nodes[1], "a/", &acked);
 
     // Our leader, an etcd member far behind: it gets our snapshot (v2 store and db).
     move_leader(&c, 1);
     c.nodes[2].stop();
     let acked_b = write_many(&c.nodes[1], "b/", 6000);
-    c.nodes[2].spawn(etcd);
-    c.nodes[2].wait_healthy(Duration::from_secs(60));
-    c.nodes[2].wait_local(
-        acked_b.last().expect("a write"),
-        "v",
-        Duration::from_secs(30),
-    );
-    assert!(
-        log_has(&c.nodes[2], "received and saved database snapshot"),
-        "the etcd member caught up without a snapshot; log ends:\n{}",
-        c.nodes[2].log_tail(30)
-    );
+    catch_up_by_snapshot(&mut c.nodes[2], etcd, &acked_b, ETCD_GOT_SNAPSHOT);
     assert_all_present(&c.nodes[2], "a/", &acked);
     assert_all_present(&c.nodes[2], "b/", &acked_b);
     // The etcd member restarts from what it received (its own .snap and db).
@@ -596,14 +596,7 @@ fn a_cluster_restored_by_etcd_34_keeps_its_members_under_ours() {
     assert_eq!(wait_same_member_lists(&c), etcd_list);
 
     // Ours on the member that never ran: it catches up from the etcd leader's snapshot.
-    c.nodes[2].spawn(OURS);
-    c.nodes[2].wait_healthy(Duration::from_secs(60));
-    c.nodes[2].wait_local(acked.last().expect("a write"), "v", Duration::from_secs(30));
-    assert!(
-        log_has(&c.nodes[2], "received a database snapshot"),
-        "the new member caught up without a snapshot; log ends:\n{}",
-        c.nodes[2].log_tail(30)
-    );
+    catch_up_by_snapshot(&mut c.nodes[2], OURS, &acked, OURS_GOT_SNAPSHOT);
     let list = wait_same_member_lists(&c);
     assert_every_member_started(&c);
     assert_eq!(list.len(), 3, "{list:#?}");

@@ -1,5 +1,5 @@
-// Hostile HTTP/2 on the client port: CONTINUATION floods and oversized frames must not grow the
-// server without bound, and it must go on serving (issue 18's "CONTINUATION flood" class).
+// Hostile HTTP/2 on the client port: CONTINUATION floods and oversized frames stay bounded and
+// the server goes on serving (issue 18); streams beyond --max-concurrent-streams are refused.
 
 #[path = "../../common/tests/support/mod.rs"]
 mod support;
@@ -203,4 +203,74 @@ fn silent_and_half_sent_connections_are_closed() {
         half.is_empty() || half.starts_with("HTTP/1.1 408"),
         "half-sent request got {half:?}"
     );
+}
+
+/// Reads one frame: (type, flags, stream, payload); None at a close or after the timeout.
+fn read_frame(s: &mut TcpStream) -> Option<(u8, u8, u32, Vec<u8>)> {
+    use std::io::Read;
+    let mut head = [0u8; 9];
+    s.read_exact(&mut head).ok()?;
+    let len = (usize::from(head[0]) << 16) | (usize::from(head[1]) << 8) | usize::from(head[2]);
+    let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+    let mut payload = vec![0; len];
+    s.read_exact(&mut payload).ok()?;
+    Some((head[3], head[4], stream, payload))
+}
+
+/// What a server started with --max-concurrent-streams=3 tells an HTTP/2 client: the limit
+/// its SETTINGS advertise, and the streams (with their error codes) it resets when the client
+/// opens five requests at once and leaves them open.
+fn stream_limit(bin: &str) -> (Option<u32>, Vec<(u32, u32)>) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let e = support::RealEtcd::start_bin(
+        bin,
+        &dir.path().join("d"),
+        "default",
+        &["--max-concurrent-streams=3"],
+    );
+    let addr = e.client_url.trim_start_matches("http://").to_string();
+    let mut s = TcpStream::connect(&addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(2)))
+        .expect("read timeout");
+    let mut hello = PREFACE.to_vec();
+    hello.extend_from_slice(&frame(0x4, 0, 0, &[]));
+    s.write_all(&hello).expect("send the preface");
+    let mut limit = None;
+    while let Some((typ, flags, _, payload)) = read_frame(&mut s) {
+        if typ == 0x4 && flags & 0x1 == 0 {
+            for p in payload.chunks_exact(6) {
+                if u16::from_be_bytes([p[0], p[1]]) == 0x3 {
+                    limit = Some(u32::from_be_bytes([p[2], p[3], p[4], p[5]]));
+                }
+            }
+            break;
+        }
+    }
+    let mut opening = frame(0x4, 0x1, 0, &[]);
+    for id in [1, 3, 5, 7, 9] {
+        opening.extend_from_slice(&frame(0x1, 0x4, id, &request_headers(&addr)));
+    }
+    s.write_all(&opening).expect("open the streams");
+    let mut resets = Vec::new();
+    while let Some((typ, _, stream, payload)) = read_frame(&mut s) {
+        if typ == 0x3 && payload.len() == 4 {
+            resets.push((
+                stream,
+                u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]),
+            ));
+        }
+    }
+    (limit, resets)
+}
+
+/// --max-concurrent-streams reached over HTTP/2: the limit is advertised, and the streams a
+/// client opens beyond it are refused (RST_STREAM REFUSED_STREAM) while the first ones wait
+/// for their request bodies, as the real etcd 3.4 does.
+#[test]
+fn streams_beyond_max_concurrent_streams_are_refused_as_etcd_does() {
+    let real = std::thread::spawn(|| stream_limit("etcd"));
+    let ours = stream_limit(OURS);
+    let real = real.join().expect("the real etcd 3.4's run");
+    assert_eq!(ours, real, "ours, then the real etcd 3.4's");
+    assert_eq!(ours, (Some(3), vec![(7, 0x7), (9, 0x7)]));
 }

@@ -795,7 +795,26 @@ fn unix_socket_urls_for_clients_and_peers_in_a_mixed_cluster() {
             .join(format!("localhost:{}", ports[0].0))
             .exists()
     );
-    assert!(etcdctl(1, &["put", "k", "v2"]).status.success());
+    // The member killed may have led: a put that meets the election fails at once, as on
+    // any etcd (clientv3 does not retry a put), so the write is tried until the others have
+    // elected a leader.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = etcdctl(1, &["put", "k", "v2"]);
+        if out.status.success() {
+            break;
+        }
+        eprintln!(
+            "put after the kill: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        assert!(
+            Instant::now() < deadline,
+            "no write accepted in 20 s after the kill: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     children[0] = spawn_unix(OURS, dir.path(), "u1", &ports, 0);
     wait_healthy(0);
     let got = etcdctl(0, &["get", "k", "--print-value-only"]);

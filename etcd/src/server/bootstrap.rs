@@ -506,7 +506,7 @@ fn restart(cfg: &Config) -> Result<Booted, BootError> {
             .entries
             .iter()
             .filter(|e| e.index > snapshot_index && e.index <= applied);
-        let (v2, v2_removed) = v2_membership::replay(ms, removed.clone(), after);
+        let (v2, v2_removed) = v2_membership::recover(ms, &removed, after);
         if !v2_membership::same_members(&v2, &members) || v2_removed != removed {
             tracing::warn!(
                 bucket = ?members.iter().map(|m| membership::id_hex(m.id)).collect::<Vec<_>>(),

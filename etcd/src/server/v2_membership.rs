@@ -46,6 +46,24 @@ pub fn replay<'a>(
     (members, removed)
 }
 
+/// The members and removed IDs at the db's applied index, recovered as etcd does from the
+/// snapshot's members and the log `entries` after the snapshot (up to that index).
+/// `db_removed` is the db's `members_removed` bucket, which is as of the applied index: an ID
+/// in it that was still a member at the snapshot was removed later, by one of `entries`, and
+/// must not be treated as removed before that entry is replayed.
+pub fn recover<'a>(
+    snapshot_members: Vec<Member>,
+    db_removed: &BTreeSet<u64>,
+    entries: impl IntoIterator<Item = &'a Entry>,
+) -> (Vec<Member>, BTreeSet<u64>) {
+    let at_snapshot = db_removed
+        .iter()
+        .copied()
+        .filter(|id| !snapshot_members.iter().any(|m| m.id == *id))
+        .collect();
+    replay(snapshot_members, at_snapshot, entries)
+}
+
 /// Whether two lists hold the same member records, in whatever order.
 pub fn same_members(a: &[Member], b: &[Member]) -> bool {
     let sorted = |ms: &[Member]| {
@@ -98,6 +116,39 @@ mod tests {
             data: Some(r.encode_to_vec()),
             ..Entry::default()
         }
+    }
+
+    /// A member replaced after the snapshot (removed, then a new one added as a learner at its
+    /// URLs and promoted): the db's removed set already names the old one.
+    #[test]
+    fn a_member_replaced_after_the_snapshot_is_replaced_again() {
+        let (a, b, c) = (
+            member(1, "http://a"),
+            member(2, "http://b"),
+            member(3, "http://c"),
+        );
+        let d = member(4, "http://c");
+        let promote = ConfChange {
+            r#type: ConfChangeType::ConfChangeAddNode as i32,
+            node_id: 4,
+            context: Some(super::reconfig::promote_context(4)),
+            ..ConfChange::default()
+        };
+        let entries = vec![
+            conf_change(5, ConfChangeType::ConfChangeRemoveNode, &c),
+            conf_change(6, ConfChangeType::ConfChangeAddLearnerNode, &d),
+            Entry {
+                index: 7,
+                r#type: EntryType::EntryConfChange as i32,
+                data: Some(promote.encode_to_vec()),
+                ..Entry::default()
+            },
+        ];
+        let db_removed = BTreeSet::from([3, 9]);
+        let (ms, removed) = recover(vec![a, b, c], &db_removed, &entries);
+        let ids: Vec<(u64, bool)> = ms.iter().map(|m| (m.id, m.is_learner)).collect();
+        assert_eq!(ids, vec![(1, false), (2, false), (4, false)]);
+        assert_eq!(removed, db_removed);
     }
 
     #[test]

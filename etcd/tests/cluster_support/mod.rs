@@ -400,9 +400,10 @@ impl Node {
             }
             assert!(
                 Instant::now() < deadline,
-                "member {} not healthy within {within:?}; log: {}",
+                "member {} not healthy within {within:?}; log {} ends:\n{}",
                 self.name,
-                self.log_path().display()
+                self.log_path().display(),
+                self.log_tail(30)
             );
             std::thread::sleep(Duration::from_millis(100));
         }

@@ -31,6 +31,14 @@ fn etcd35() -> String {
     bin
 }
 
+/// FAST with a snapshot every 1000 entries, so a member 6000 entries behind gets one.
+fn snapshot_flags() -> Vec<&'static str> {
+    FAST.iter()
+        .copied()
+        .chain(["--snapshot-count", "1000"])
+        .collect()
+}
+
 fn tmp() -> tempfile::TempDir {
     tempfile::tempdir().expect("temp dir")
 }
@@ -296,11 +304,7 @@ fn snapshots_both_ways(etcd: &str) {
     let dir = tmp();
     // etcd 3.4 keeps 5000 entries for slow followers, whatever the flags; ours is told the
     // same so both kinds of leader must send a snapshot to a member 6000 entries behind.
-    let flags: Vec<&str> = FAST
-        .iter()
-        .copied()
-        .chain(["--snapshot-count", "1000"])
-        .collect();
+    let flags = snapshot_flags();
     let mut c = start_mixed(dir.path(), &[etcd, OURS, etcd], &flags);
 
     // An etcd leader, our member far behind: it gets the leader's snapshot.
@@ -535,11 +539,7 @@ fn wait_same_member_lists(c: &Cluster) -> Vec<String> {
 #[test]
 fn a_cluster_restored_by_etcd_34_keeps_its_members_under_ours() {
     let dir = tmp();
-    let flags: Vec<&str> = FAST
-        .iter()
-        .copied()
-        .chain(["--snapshot-count", "1000"])
-        .collect();
+    let flags = snapshot_flags();
     let old = Cluster::start(ETCD, &dir.path().join("old"), 1, false, FAST);
     let before = write_many(&old.nodes[0], "old/", 20);
     let db = dir.path().join("backup.db");

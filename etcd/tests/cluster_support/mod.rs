@@ -362,10 +362,11 @@ impl Node {
         let out = self.etcdctl(args);
         assert!(
             out.status.success(),
-            "etcdctl {args:?} on {} failed: {}\nlog: {}",
+            "etcdctl {args:?} on {} failed: {}\nlog {} ends:\n{}",
             self.name,
             String::from_utf8_lossy(&out.stderr),
-            self.log_path().display()
+            self.log_path().display(),
+            self.log_tail(40)
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
     }

@@ -1,14 +1,18 @@
-// The Watch service: one task per client stream. Watchers that are caught up get their events
-// from the store's watch hub (mvcc::watch_hub), which hands each revision to exactly the
-// watchers that want it; a watcher behind (a start revision in the past, or a stream that did
-// not keep up) catches up from the store's history here, then joins the hub.
+// The Watch service: one loop per client stream, run by its response body. Watchers that are
+// caught up get their events from the store's watch hub (mvcc::watch_hub), which hands each
+// revision to exactly the watchers that want it; a watcher behind (a start revision in the
+// past, or a stream that did not keep up) catches up from the store's history here, then
+// joins the hub.
 
 mod frame;
 
 pub use frame::{WatchFrame, WatchServer};
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use prost::Message;
@@ -17,8 +21,7 @@ use proto::etcdserverpb::{
     watch_request::RequestUnion,
 };
 use proto::mvccpb::Event;
-use tokio::sync::mpsc;
-use tokio_stream::{StreamExt, wrappers::ReceiverStream};
+use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::errors;
@@ -37,8 +40,8 @@ const ROUND_BYTES: usize = 1 << 20;
 /// watcher as behind and catches it up in batches.
 const MERGE_BEHIND: usize = 128;
 
-/// Responses buffered per stream before the stream task waits for the client: with rounds
-/// of about ROUND_BYTES, this bounds what a client that stops reading makes us hold.
+/// Responses queued per stream before its loop lets the client take them: with rounds of
+/// about ROUND_BYTES, this bounds what a client that stops reading makes us hold.
 const STREAM_BUFFER: usize = 4;
 
 fn rev_of(e: &Event) -> i64 {
@@ -80,7 +83,66 @@ struct Watcher {
     _prev_interest: Option<PrevKvInterest>,
 }
 
-type Out = mpsc::Sender<Result<WatchFrame, Status>>;
+/// Responses the stream's loop made and its answer stream has not yet handed to the client.
+type Out = Arc<Mutex<VecDeque<WatchFrame>>>;
+
+/// Gives the answer stream its turn: pending once, without a wake-up, because the answer
+/// stream takes a queued frame before it polls the loop again (see AnswerStream).
+struct TakeTurn(bool);
+
+impl Future for TakeTurn {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<()> {
+        if self.0 {
+            Poll::Ready(())
+        } else {
+            self.0 = true;
+            Poll::Pending
+        }
+    }
+}
+
+/// A Watch call's answer: polling it runs the stream's loop (run_stream) until that has
+/// queued a frame, so an event goes from the hub's mailbox into the response body in the
+/// task that writes the body, not through a task and a channel of its own. When the client
+/// goes away, hyper drops it, and the loop with it (StreamState's Drop leaves the hub).
+struct AnswerStream {
+    queue: Out,
+    run: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+}
+
+impl AnswerStream {
+    fn pop(&self) -> Option<WatchFrame> {
+        self.queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop_front()
+    }
+}
+
+impl tokio_stream::Stream for AnswerStream {
+    type Item = Result<WatchFrame, Status>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if let Some(f) = self.pop() {
+            return Poll::Ready(Some(Ok(f)));
+        }
+        let Some(run) = self.run.as_mut() else {
+            return Poll::Ready(None);
+        };
+        // The loop only waits with nothing queued on what will wake this task (the
+        // mailbox, the client's side, the ticker), or in TakeTurn with frames queued.
+        let done = run.as_mut().poll(cx).is_ready();
+        if done {
+            self.run = None;
+        }
+        match self.pop() {
+            Some(f) => Poll::Ready(Some(Ok(f))),
+            None if done => Poll::Ready(None),
+            None => Poll::Pending,
+        }
+    }
+}
 
 struct StreamState {
     server: Arc<EtcdServer>,
@@ -92,6 +154,16 @@ struct StreamState {
     out: Out,
     watchers: BTreeMap<i64, Watcher>,
     next_id: i64,
+}
+
+/// The stream leaves the hub however its loop ends: its own way, or dropped with the answer
+/// stream when the client goes away (even one that never closed its own side).
+impl Drop for StreamState {
+    fn drop(&mut self) {
+        self.hub.close_stream(&self.handle);
+        METRICS.watch_streams.dec();
+        METRICS.watchers.sub(self.watchers.len() as i64);
+    }
 }
 
 impl StreamState {
@@ -108,14 +180,23 @@ impl StreamState {
         })
     }
 
-    async fn send(&self, f: WatchFrame) -> bool {
-        self.out.send(Ok(f)).await.is_ok()
+    /// Queues `f` for the client; once STREAM_BUFFER frames wait, lets the client's side
+    /// take them before going on.
+    async fn send(&self, f: WatchFrame) {
+        let queued = {
+            let mut q = self.out.lock().unwrap_or_else(|e| e.into_inner());
+            q.push_back(f);
+            q.len()
+        };
+        if queued >= STREAM_BUFFER {
+            TakeTurn(false).await;
+        }
     }
 
     /// Sends `events` to watcher `id` (split as its fragment option says).
-    async fn send_events(&self, id: i64, header_rev: i64, events: Vec<Bytes>) -> bool {
+    async fn send_events(&self, id: i64, header_rev: i64, events: Vec<Bytes>) {
         let Some(w) = self.watchers.get(&id) else {
-            return true;
+            return;
         };
         METRICS.watch_events.add(events.len() as u64);
         let frame = WatchFrame {
@@ -129,11 +210,8 @@ impl StreamState {
         // etcd's limit: the request limit plus its allowance for gRPC overhead.
         let limit = self.server.cfg().max_request_bytes + super::serve::GRPC_OVERHEAD_BYTES;
         for part in frame.fragments(w.fragment, limit) {
-            if !self.send(part).await {
-                return false;
-            }
+            self.send(part).await;
         }
-        true
     }
 
     async fn create(&mut self, c: WatchCreateRequest) -> bool {
@@ -141,19 +219,19 @@ impl StreamState {
         let id = if c.watch_id != 0 {
             if self.watchers.contains_key(&c.watch_id) {
                 // etcd refuses a duplicate id with a canceled creation.
-                return self
-                    .send(
-                        WatchResponse {
-                            header: self.header(current),
-                            watch_id: c.watch_id,
-                            created: true,
-                            canceled: true,
-                            cancel_reason: "etcdserver: duplicate watch ID".into(),
-                            ..Default::default()
-                        }
-                        .into(),
-                    )
-                    .await;
+                self.send(
+                    WatchResponse {
+                        header: self.header(current),
+                        watch_id: c.watch_id,
+                        created: true,
+                        canceled: true,
+                        cancel_reason: "etcdserver: duplicate watch ID".into(),
+                        ..Default::default()
+                    }
+                    .into(),
+                )
+                .await;
+                return true;
             }
             c.watch_id
         } else {
@@ -163,24 +241,24 @@ impl StreamState {
             self.next_id
         };
         if !self.watch_permitted(&c) {
-            return self
-                .send(
-                    WatchResponse {
-                        header: self.header(current),
-                        // etcd answers a denied watch with no id (-1) and the whole gRPC
-                        // error text as the reason.
-                        watch_id: -1,
-                        created: true,
-                        canceled: true,
-                        cancel_reason: format!(
-                            "rpc error: code = PermissionDenied desc = {}",
-                            errors::PERMISSION_DENIED.message
-                        ),
-                        ..Default::default()
-                    }
-                    .into(),
-                )
-                .await;
+            self.send(
+                WatchResponse {
+                    header: self.header(current),
+                    // etcd answers a denied watch with no id (-1) and the whole gRPC
+                    // error text as the reason.
+                    watch_id: -1,
+                    created: true,
+                    canceled: true,
+                    cancel_reason: format!(
+                        "rpc error: code = PermissionDenied desc = {}",
+                        errors::PERMISSION_DENIED.message
+                    ),
+                    ..Default::default()
+                }
+                .into(),
+            )
+            .await;
+            return true;
         }
         if c.watch_id == 0 {
             // An id the server chose is never handed out again on this stream, as etcd's:
@@ -226,7 +304,8 @@ impl StreamState {
             }
             .into(),
         )
-        .await
+        .await;
+        true
     }
 
     async fn cancel(&mut self, id: i64) -> bool {
@@ -244,16 +323,16 @@ impl StreamState {
             }
             .into(),
         )
-        .await
+        .await;
+        true
     }
 
     /// Sends what the hub delivered to this stream's synced watchers: one response per
     /// revision, as etcd sends a synced watcher, unless a watcher fell more than
     /// MERGE_BEHIND revisions behind (etcd then catches it up with merged responses too):
     /// its revisions go merged into responses of about ROUND_BYTES. Watchers the hub let go
-    /// catch up from history. Returns the revision the deliveries cover, or None if the client is
-    /// gone.
-    async fn drain(&mut self) -> Option<i64> {
+    /// catch up from history. Returns the revision the deliveries cover.
+    async fn drain(&mut self) -> i64 {
         let taken = self.hub.take(&self.handle);
         // Each watcher's deliveries, in revision order, watchers in order of first delivery.
         let mut order: Vec<i64> = Vec::new();
@@ -281,20 +360,16 @@ impl StreamState {
                 }
                 w.next_rev = d.rev + 1;
                 if (!merge || size > ROUND_BYTES) && !events.is_empty() {
-                    if !self
-                        .send_events(id, last_rev, std::mem::take(&mut events))
-                        .await
-                    {
-                        return None;
-                    }
+                    self.send_events(id, last_rev, std::mem::take(&mut events))
+                        .await;
                     size = 0;
                 }
                 size += d.events.iter().map(Bytes::len).sum::<usize>();
                 last_rev = d.rev;
                 events.extend(d.events);
             }
-            if !events.is_empty() && !self.send_events(id, last_rev, events).await {
-                return None;
+            if !events.is_empty() {
+                self.send_events(id, last_rev, events).await;
             }
         }
         for (id, from) in taken.unsynced {
@@ -303,7 +378,7 @@ impl StreamState {
                 w.next_rev = w.next_rev.max(from);
             }
         }
-        Some(taken.through)
+        taken.through
     }
 
     /// Brings every watcher that is behind up to date from the store's history, then hands
@@ -358,7 +433,8 @@ impl StreamState {
                         compact_revision: store.compact_rev(),
                         ..Default::default()
                     };
-                    return self.send(resp.into()).await;
+                    self.send(resp.into()).await;
+                    return true;
                 }
                 Err(e) => {
                     tracing::error!(error = %e, "watch cannot read the history");
@@ -387,9 +463,7 @@ impl StreamState {
                     }
                 })
                 .collect();
-            if !self.send_events(id, current, encoded).await {
-                return false;
-            }
+            self.send_events(id, current, encoded).await;
         }
     }
 
@@ -403,20 +477,18 @@ impl StreamState {
             if !self.catch_up().await {
                 return false;
             }
-            let Some(through) = self.drain().await else {
-                return false;
-            };
+            let through = self.drain().await;
             if self.watchers.values().all(|w| w.synced) {
-                return self
-                    .send(
-                        WatchResponse {
-                            header: self.header(through),
-                            watch_id: -1,
-                            ..Default::default()
-                        }
-                        .into(),
-                    )
-                    .await;
+                self.send(
+                    WatchResponse {
+                        header: self.header(through),
+                        watch_id: -1,
+                        ..Default::default()
+                    }
+                    .into(),
+                )
+                .await;
+                return true;
             }
         }
     }
@@ -424,9 +496,7 @@ impl StreamState {
     /// --experimental-watch-progress-notify-interval: each synced watcher that asked for
     /// progress notifications hears the revision everything it was owed is sent through.
     async fn notify_progress(&mut self) -> bool {
-        let Some(through) = self.drain().await else {
-            return false;
-        };
+        let through = self.drain().await;
         let ids: Vec<i64> = self
             .watchers
             .iter()
@@ -434,19 +504,15 @@ impl StreamState {
             .map(|(id, _)| *id)
             .collect();
         for id in ids {
-            if !self
-                .send(
-                    WatchResponse {
-                        header: self.header(through),
-                        watch_id: id,
-                        ..Default::default()
-                    }
-                    .into(),
-                )
-                .await
-            {
-                return false;
-            }
+            self.send(
+                WatchResponse {
+                    header: self.header(through),
+                    watch_id: id,
+                    ..Default::default()
+                }
+                .into(),
+            )
+            .await;
         }
         true
     }
@@ -544,7 +610,6 @@ const INBOUND_TURN: u32 = 16;
 enum Wake {
     Inbound(Option<Result<WatchRequest, Status>>),
     Mailbox,
-    Closed,
     Tick,
 }
 
@@ -569,7 +634,7 @@ async fn run_stream(
     let mut st = StreamState {
         server,
         store,
-        hub: hub.clone(),
+        hub,
         handle,
         auth_req,
         out,
@@ -579,7 +644,6 @@ async fn run_stream(
     // As etcd, a client that half-closes its side keeps its watches: events flow until the
     // client goes away (the JSON gateway's /v3/watch relies on this).
     let mut inbound_open = true;
-    let watch_out = st.out.clone();
     let mut turn: u32 = 0;
     loop {
         turn = turn.wrapping_add(1);
@@ -591,7 +655,6 @@ async fn run_stream(
                 biased;
                 msg = inbound.next(), if inbound_open => Wake::Inbound(msg),
                 _ = mailbox.notify.notified() => Wake::Mailbox,
-                _ = watch_out.closed() => Wake::Closed,
                 _ = ticker.tick() => Wake::Tick,
             }
         } else {
@@ -599,7 +662,6 @@ async fn run_stream(
                 biased;
                 _ = mailbox.notify.notified() => Wake::Mailbox,
                 msg = inbound.next(), if inbound_open => Wake::Inbound(msg),
-                _ = watch_out.closed() => Wake::Closed,
                 _ = ticker.tick() => Wake::Tick,
             }
         };
@@ -626,13 +688,11 @@ async fn run_stream(
                 }
             }
             Wake::Mailbox => {
-                if st.drain().await.is_none() || !st.catch_up().await {
+                st.drain().await;
+                if !st.catch_up().await {
                     break;
                 }
             }
-            // The client went away (its answer stream was dropped): stop, even if it
-            // never closed its own side.
-            Wake::Closed => break,
             Wake::Tick => {
                 if !st.notify_progress().await {
                     break;
@@ -640,9 +700,6 @@ async fn run_stream(
             }
         }
     }
-    hub.close_stream(&st.handle);
-    METRICS.watch_streams.dec();
-    METRICS.watchers.sub(st.watchers.len() as i64);
 }
 
 #[tonic::async_trait]
@@ -654,8 +711,11 @@ impl frame::WatchFrames for WatchService {
         self.server.guard(false)?;
         let (metadata, extensions, inbound) = request.into_parts();
         let auth_req = Request::from_parts(metadata, extensions, ());
-        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
-        tokio::spawn(run_stream(self.server.clone(), auth_req, inbound, tx));
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        let queue: Out = Arc::default();
+        let run = run_stream(self.server.clone(), auth_req, inbound, queue.clone());
+        Ok(Response::new(Box::pin(AnswerStream {
+            queue,
+            run: Some(Box::pin(run)),
+        })))
     }
 }

@@ -45,6 +45,10 @@ pub struct Metrics {
     pub defrag: Histogram,
     pub defrag_inflight: Gauge,
     pub snapshot: Histogram,
+    /// ReadIndex rounds that went unanswered past READ_INDEX_RETRY and were sent again.
+    pub slow_read_indexes: Counter,
+    /// ReadIndex rounds raft refused or that found no leader.
+    pub read_indexes_failed: Counter,
 }
 
 pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
@@ -79,6 +83,8 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     defrag: Histogram::new(registry::exponential_buckets(0.1, 2.0, 13)),
     defrag_inflight: Gauge::default(),
     snapshot: Histogram::new(registry::exponential_buckets(0.01, 2.0, 17)),
+    slow_read_indexes: Counter::default(),
+    read_indexes_failed: Counter::default(),
 });
 
 /// Hooks the disk observers up to the histograms; call once at start.
@@ -122,6 +128,18 @@ pub fn render(server: &EtcdServer) -> String {
         "The number of leader changes seen.",
         "counter",
         m.leader_changes.get() as f64,
+    );
+    e.single(
+        "etcd_server_slow_read_indexes_total",
+        "The total number of pending read indexes not in sync with leader's or timed out read index requests.",
+        "counter",
+        m.slow_read_indexes.get() as f64,
+    );
+    e.single(
+        "etcd_server_read_indexes_failed_total",
+        "The total number of failed read indexes seen.",
+        "counter",
+        m.read_indexes_failed.get() as f64,
     );
     // etcd sets these two gauges from the raft commit and applied indexes.
     e.single(

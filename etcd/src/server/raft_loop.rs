@@ -19,8 +19,10 @@ use super::apply::{self, Applied, MemberChange};
 use super::apply_loop::ApplyTask;
 use super::inbox::Slot;
 use super::reconfig;
+use super::wait::IdGen;
 use crate::error;
 use crate::membership::id_hex;
+use crate::metrics::METRICS;
 use crate::raft::{MemStorage, RawNode, SnapshotStatus, StateRole};
 use crate::transport::{REMOVED_MESSAGE, Report, Transport};
 use common::snap::Snapshotter;
@@ -81,7 +83,10 @@ impl RaftLoop {
     pub fn run(mut self) {
         let tick = self.shared.cfg.heartbeat_interval;
         let mut next_tick = Instant::now() + tick;
-        let mut read_seq: u64 = 0;
+        // A round's context must be unique across members: the leader keeps one pending
+        // request per context and ignores a second with the same one, so a follower whose
+        // context another member was also using would wait for the retry.
+        let read_ids = IdGen::new(self.shared.member_id);
         // Reads waiting for the next ReadIndex round, and the round in flight.
         let mut waiting_reads: Vec<ReadReply> = Vec::new();
         let mut in_flight: ReadRound = None;
@@ -175,29 +180,38 @@ impl RaftLoop {
                 && round_started.elapsed() >= READ_INDEX_RETRY
             {
                 if self.node.role() != StateRole::Leader && self.node.leader_id() == 0 {
+                    METRICS.read_indexes_failed.inc();
                     if let Some((_, txs)) = in_flight.take() {
                         for tx in txs {
                             let _ = tx.send(Err(error::NO_LEADER));
                         }
                     }
                 } else {
+                    METRICS.slow_read_indexes.inc();
+                    tracing::info!(
+                        sent_request_id = *seq,
+                        retry_timeout = ?READ_INDEX_RETRY,
+                        "waiting for ReadIndex response took too long, retrying"
+                    );
                     let _ = self.node.read_index(seq.to_be_bytes().to_vec());
                     round_started = Instant::now();
                 }
             }
             if in_flight.is_none() && !waiting_reads.is_empty() {
                 if self.node.role() != StateRole::Leader && self.node.leader_id() == 0 {
+                    METRICS.read_indexes_failed.inc();
                     for tx in waiting_reads.drain(..) {
                         let _ = tx.send(Err(error::NO_LEADER));
                     }
                 } else {
-                    read_seq += 1;
-                    match self.node.read_index(read_seq.to_be_bytes().to_vec()) {
+                    let seq = read_ids.next();
+                    match self.node.read_index(seq.to_be_bytes().to_vec()) {
                         Ok(()) => {
-                            in_flight = Some((read_seq, std::mem::take(&mut waiting_reads)));
+                            in_flight = Some((seq, std::mem::take(&mut waiting_reads)));
                             round_started = Instant::now();
                         }
                         Err(_) => {
+                            METRICS.read_indexes_failed.inc();
                             for tx in waiting_reads.drain(..) {
                                 let _ = tx.send(Err(error::NO_LEADER));
                             }

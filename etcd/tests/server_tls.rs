@@ -224,11 +224,143 @@ fn client_cert_auth_admits_signed_clients_only() {
         seen[0]
     );
     assert_eq!(seen[0].2, "true|by-cn|");
+    // One CN-authenticated client running many calls at once over one connection (issue 16: a
+    // suite saw such a client hang on ours): every call answers, on both servers alike.
+    let concurrent: Vec<String> = [&ours.url, &real.url]
+        .iter()
+        .map(|url| concurrent_as_cn(url, &pki))
+        .collect();
+    assert_eq!(
+        concurrent[0], concurrent[1],
+        "ours vs etcd 3.4, concurrent calls as the certificate's CN"
+    );
+    assert_eq!(
+        concurrent[0],
+        "puts 64, ranges 64, txns 64, denied 64, watched 64, other errors []"
+    );
     // HTTP/1.1 over TLS on the same port.
     let (status, body) = https_get(&ours.url, "/health", &pki);
     assert_eq!(status, "HTTP/1.1 200 OK");
     assert_eq!(body, r#"{"health":"true"}"#);
     assert_eq!(https_get(&real.url, "/health", &pki).1, body);
+}
+
+/// Over one TLS connection with the client certificate (CN alice, who may read and write only
+/// "k"): a watch on "k", then 64 tasks at once each putting "k", reading it, reading it in a
+/// txn and putting "other" (refused). Counts what answered; a call that does not answer
+/// within 20 s counts as an error, so a hang fails the comparison instead of the whole run.
+fn concurrent_as_cn(url: &str, pki: &Pki) -> String {
+    use proto::etcdserverpb::{
+        Compare, PutRequest, RangeRequest, RequestOp, TxnRequest, WatchCreateRequest, WatchRequest,
+        compare, kv_client::KvClient, request_op, watch_client::WatchClient, watch_request,
+    };
+    const TASKS: usize = 64;
+    const WAIT: Duration = Duration::from_secs(20);
+    let info = common::tls::TlsInfo {
+        cert_file: s(&pki.client_cert).into(),
+        key_file: s(&pki.client_key).into(),
+        trusted_ca_file: s(&pki.ca).into(),
+        ..Default::default()
+    };
+    let mut cfg = (*common::tls::client_config(&info, false).unwrap()).clone();
+    cfg.alpn_protocols = vec![b"h2".to_vec()];
+    let endpoint =
+        tonic::transport::Endpoint::from_shared(url.replace("https://", "http://")).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async move {
+        let conn = common::tls::Connector::new(Arc::new(cfg), 2379);
+        let ch = endpoint.connect_with_connector(conn).await.expect("TLS connect");
+        let (wtx, wrx) = tokio::sync::mpsc::channel(1);
+        wtx.send(WatchRequest {
+            request_union: Some(watch_request::RequestUnion::CreateRequest(
+                WatchCreateRequest {
+                    key: b"k".to_vec(),
+                    ..Default::default()
+                },
+            )),
+        })
+        .await
+        .unwrap();
+        let mut events = WatchClient::new(ch.clone())
+            .watch(tokio_stream::wrappers::ReceiverStream::new(wrx))
+            .await
+            .expect("watch as the certificate's CN")
+            .into_inner();
+        let created = tokio::time::timeout(WAIT, events.message()).await;
+        assert!(
+            matches!(created, Ok(Ok(Some(ref r))) if r.created),
+            "watch created: {created:?}"
+        );
+        let calls = (0..TASKS).map(|i| {
+            let mut kv = KvClient::new(ch.clone());
+            tokio::spawn(async move {
+                let put = |key: &str| PutRequest {
+                    key: key.as_bytes().to_vec(),
+                    value: format!("v{i}").into_bytes(),
+                    ..Default::default()
+                };
+                let range = RangeRequest {
+                    key: b"k".to_vec(),
+                    ..Default::default()
+                };
+                let txn = TxnRequest {
+                    compare: vec![Compare {
+                        key: b"k".to_vec(),
+                        result: compare::CompareResult::Greater as i32,
+                        target: compare::CompareTarget::Version as i32,
+                        target_union: Some(compare::TargetUnion::Version(0)),
+                        ..Default::default()
+                    }],
+                    success: vec![RequestOp {
+                        request: Some(request_op::Request::RequestRange(range.clone())),
+                    }],
+                    failure: vec![],
+                };
+                let t = |r: Result<Result<(), tonic::Status>, _>| match r {
+                    Ok(Ok(())) => Ok(()),
+                    Ok(Err(e)) => Err(format!("{:?} {}", e.code(), e.message())),
+                    Err(_) => Err("no answer in 20 s".to_string()),
+                };
+                [
+                    t(tokio::time::timeout(WAIT, async { kv.put(put("k")).await.map(drop) }).await),
+                    t(tokio::time::timeout(WAIT, async { kv.range(range).await.map(drop) }).await),
+                    t(tokio::time::timeout(WAIT, async { kv.txn(txn).await.map(drop) }).await),
+                    t(tokio::time::timeout(WAIT, async { kv.put(put("other")).await.map(drop) })
+                        .await),
+                ]
+            })
+        });
+        let (mut ok, mut denied, mut other) = ([0; 3], 0, Vec::new());
+        for call in calls.collect::<Vec<_>>() {
+            let answers = call.await.unwrap();
+            for (n, a) in answers[..3].iter().enumerate() {
+                match a {
+                    Ok(()) => ok[n] += 1,
+                    Err(e) => other.push(e.clone()),
+                }
+            }
+            match &answers[3] {
+                Err(e) if e == "PermissionDenied etcdserver: permission denied" => denied += 1,
+                a => other.push(format!("put other: {a:?}")),
+            }
+        }
+        let mut watched = 0;
+        while watched < ok[0] {
+            match tokio::time::timeout(WAIT, events.message()).await {
+                Ok(Ok(Some(r))) => watched += r.events.len(),
+                r => {
+                    other.push(format!("watch: {r:?}"));
+                    break;
+                }
+            }
+        }
+        other.sort();
+        other.dedup();
+        format!(
+            "puts {}, ranges {}, txns {}, denied {denied}, watched {watched}, other errors {other:?}",
+            ok[0], ok[1], ok[2]
+        )
+    })
 }
 
 /// What curl negotiates with `url` (TLS `version` only, offering `ciphers` when given):

@@ -1,6 +1,6 @@
-// Client connections: writes gathered into fewer syscalls. A flush yields to the runtime once
-// before it writes, so the other streams of the connection that became ready meanwhile go out
-// in the same write instead of one TCP segment per message (watch fan-out sends many).
+// Client connections: writes gathered into fewer syscalls. A flush yields to the runtime before
+// it writes, again while the connection's other streams keep adding frames (a few times at most),
+// so they go out in one write instead of one TCP segment per message (watch fan-out sends many).
 
 use std::io;
 use std::pin::Pin;
@@ -17,9 +17,13 @@ pub struct Coalesce<S> {
     buf: Vec<u8>,
     /// Bytes of `buf` already written.
     sent: usize,
-    /// The flush in progress has yielded once already.
-    yielded: bool,
+    /// Times the flush in progress has yielded, and the bytes gathered at its last yield.
+    yielded: u8,
+    at_yield: usize,
 }
+
+/// A flush yields again while other tasks keep adding bytes, at most this many times.
+const YIELDS: u8 = 4;
 
 impl<S> Coalesce<S> {
     pub fn new(inner: S) -> Self {
@@ -27,7 +31,8 @@ impl<S> Coalesce<S> {
             inner,
             buf: Vec::new(),
             sent: 0,
-            yielded: false,
+            yielded: 0,
+            at_yield: 0,
         }
     }
 }
@@ -99,14 +104,18 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Coalesce<S> {
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = &mut *self;
-        if this.sent < this.buf.len() && !this.yielded {
+        if this.sent < this.buf.len()
+            && this.yielded < YIELDS
+            && (this.yielded == 0 || this.buf.len() > this.at_yield)
+        {
             // Let the tasks woken with this one add their frames first.
-            this.yielded = true;
+            this.yielded += 1;
+            this.at_yield = this.buf.len();
             cx.waker().wake_by_ref();
             return Poll::Pending;
         }
         ready!(this.poll_drain(cx))?;
-        this.yielded = false;
+        this.yielded = 0;
         Pin::new(&mut this.inner).poll_flush(cx)
     }
 

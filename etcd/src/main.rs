@@ -46,7 +46,8 @@ fn main() -> ExitCode {
                 tracing::warn!("{w}");
             }
             match run(cfg) {
-                Ok(()) => ExitCode::SUCCESS,
+                Ok(None) => ExitCode::SUCCESS,
+                Ok(Some(signal)) => end_by(signal),
                 Err(e) => {
                     tracing::error!(error = %e, "etcd stopped");
                     eprintln!("etcd: {e}");
@@ -57,7 +58,22 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cfg: Config) -> Result<(), String> {
+/// Ends the process by the signal that stopped it, once the member has stopped cleanly, as etcd
+/// does: whoever sent SIGTERM or SIGINT sees the process killed by it (status 143 or 130 to a
+/// shell), not an exit of its own.
+fn end_by(signal: i32) -> ExitCode {
+    // Safety: restoring the default action and raising a signal at ourselves; no handler of
+    // ours runs after this point.
+    unsafe {
+        libc::signal(signal, libc::SIG_DFL);
+        libc::raise(signal);
+    }
+    // Only reached if the signal is blocked: the shell's number for it.
+    ExitCode::from(128u8.saturating_add(signal as u8))
+}
+
+/// Runs the member until it stops: `Some(signal)` when a signal stopped it.
+fn run(cfg: Config) -> Result<Option<i32>, String> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -78,7 +94,14 @@ fn run(cfg: Config) -> Result<(), String> {
         etcd::server::heap::start();
         let client_tls = client_tls(&cfg)?;
         let peer_tls = etcd::transport::peer_tls::server_config(&cfg)?;
-        let server = EtcdServer::start(cfg).await.map_err(|e| e.to_string())?;
+        let server = match EtcdServer::start(cfg).await {
+            Ok(s) => s,
+            Err(e @ etcd::server::bootstrap::BootError::Removed(_)) => {
+                tracing::error!("{e}");
+                return removed_or_failed(etcd::transport::REMOVED_MESSAGE.to_string()).map(|()| None);
+            }
+            Err(e) => return Err(e.to_string()),
+        };
         let (stop_tx, _) = tokio::sync::broadcast::channel::<()>(1);
         let mut peer_tasks = Vec::new();
         for l in peer_listeners {
@@ -96,7 +119,11 @@ fn run(cfg: Config) -> Result<(), String> {
         }
         tokio::select! {
             r = server.wait_ready() => r.map_err(|e| format!("the member did not become ready: {e}"))?,
-            f = server.wait_failed() => return Err(f),
+            f = server.wait_failed() => {
+                let s = server.clone();
+                let _ = tokio::task::spawn_blocking(move || s.stop()).await;
+                return removed_or_failed(f).map(|()| None);
+            }
         }
         // The index rebuild and the WAL replay freed what they decoded: give it back now.
         etcd::server::heap::trim();
@@ -157,12 +184,12 @@ fn run(cfg: Config) -> Result<(), String> {
                 etcd::api::serve::serve_metrics(s, l, tls, shutdown).await;
             }));
         }
-        let failed = tokio::select! {
-            _ = wait_for_signal() => {
+        let (failed, signal) = tokio::select! {
+            signal = wait_for_signal() => {
                 tracing::info!(name = %server.cfg().name, "received signal; shutting down");
-                None
+                (None, Some(signal))
             }
-            f = server.wait_failed() => Some(f),
+            f = server.wait_failed() => (Some(f), None),
         };
         if failed.is_none() {
             server.transfer_leadership_on_stop().await;
@@ -181,12 +208,20 @@ fn run(cfg: Config) -> Result<(), String> {
         let _ = tokio::task::spawn_blocking(move || s.stop()).await;
         tracing::info!("stopped etcd server");
         match failed {
-            // etcd stops a removed member and exits 0: that is its end of life, not a fault.
-            Some(f) if f == etcd::transport::REMOVED_MESSAGE => Ok(()),
-            Some(f) => Err(f),
-            None => Ok(()),
+            Some(f) => removed_or_failed(f).map(|()| None),
+            None => Ok(signal),
         }
     })
+}
+
+/// How a member that stopped on its own ends. etcd stops a removed member and exits 0, at
+/// boot, before it is ready or while it serves: that is its end of life, not a fault.
+fn removed_or_failed(f: String) -> Result<(), String> {
+    if f != etcd::transport::REMOVED_MESSAGE {
+        return Err(f);
+    }
+    tracing::info!("the data-dir used by this member must be removed");
+    Ok(())
 }
 
 /// The client listeners' TLS, when any client or metrics URL is https (the metrics port uses
@@ -211,17 +246,18 @@ fn client_tls(cfg: &etcd::config::Config) -> Result<Option<etcd::tls::TlsServer>
     TlsServer::new(&info, Side::Client, &cfg.data_dir, &url_hosts(&urls)).map(Some)
 }
 
-async fn wait_for_signal() {
+/// Waits for SIGINT or SIGTERM and says which came.
+async fn wait_for_signal() -> i32 {
     let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
         Ok(s) => s,
         Err(e) => {
             tracing::warn!(error = %e, "cannot watch SIGTERM; only Ctrl-C stops the server");
             let _ = tokio::signal::ctrl_c().await;
-            return;
+            return libc::SIGINT;
         }
     };
     tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => libc::SIGINT,
+        _ = term.recv() => libc::SIGTERM,
     }
 }

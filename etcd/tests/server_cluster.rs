@@ -722,3 +722,124 @@ fn a_leader_stopped_gracefully_hands_over_leadership_first() {
         c.nodes[next].log_tail(20)
     );
 }
+
+const REMOVED: &str = "the member has been permanently removed from the cluster";
+
+/// How a member process ended, as a shell would tell it apart.
+fn ended(s: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (s.code(), s.signal()) {
+        (Some(c), _) => format!("exit {c}"),
+        (_, Some(sig)) => format!("killed by signal {sig}"),
+        _ => "unknown".to_string(),
+    }
+}
+
+/// Waits up to `within` for member i to end by itself; None if it still runs.
+fn ends_by_itself(c: &mut Cluster, i: usize, within: Duration) -> Option<String> {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if let Some(s) = c.nodes[i].exited() {
+            c.nodes[i].child = None;
+            return Some(ended(s));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+/// `member remove` through `via`, again while etcd answers "unhealthy cluster" (it refuses
+/// until the members left have been connected for a few seconds).
+fn remove_member(via: &Node, id: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = via.etcdctl(&["member", "remove", id]);
+        if out.status.success() {
+            return;
+        }
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(
+            err.contains("unhealthy cluster") && Instant::now() < deadline,
+            "member remove {id}: {err}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// SIGTERM to member i, and how it ended.
+fn terminate(c: &mut Cluster, i: usize) -> String {
+    c.nodes[i].signal(libc::SIGTERM);
+    let child = c.nodes[i].child.take().expect("the member runs");
+    ended(
+        child
+            .wait_with_output()
+            .expect("wait for the member")
+            .status,
+    )
+}
+
+/// The four ways a 3-member cluster's members end: a SIGTERM to a member, a removed member
+/// restarted (it learns of its removal from its peers), a SIGTERM just after a member's live
+/// removal, and a restart on a data dir that applied its own removal.
+fn how_members_end(bin: &str, dir: &std::path::Path) -> Vec<String> {
+    let mut c = Cluster::start(bin, dir, 3, false, FAST);
+    c.nodes[0].etcdctl_ok(&["put", "a", "1"]);
+    let (id2, id3) = {
+        let ids = c.member_ids_hex(&["m2", "m3"]);
+        (ids[0].clone(), ids[1].clone())
+    };
+    let mut seen = vec![format!("SIGTERM: {}", terminate(&mut c, 2))];
+    remove_member(&c.nodes[0], &id3);
+    c.nodes[2].spawn(bin);
+    let restarted = ends_by_itself(&mut c, 2, Duration::from_secs(30));
+    if restarted.is_none() {
+        terminate(&mut c, 2);
+    }
+    seen.push(format!("removed while down, restarted: {restarted:?}"));
+    remove_member(&c.nodes[0], &id2);
+    // Once it knows (a SIGTERM before that is an ordinary one); it may have ended already.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !std::fs::read_to_string(c.nodes[1].log_path())
+        .unwrap_or_default()
+        .contains(REMOVED)
+    {
+        assert!(Instant::now() < deadline, "m2 never learned of its removal");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    seen.push(format!(
+        "SIGTERM right after its removal: {}",
+        terminate(&mut c, 1)
+    ));
+    c.nodes[1].spawn(bin);
+    let again = ends_by_itself(&mut c, 1, Duration::from_secs(30));
+    if again.is_none() {
+        terminate(&mut c, 1);
+    }
+    seen.push(format!("restarted on its removed data dir: {again:?}"));
+    let log = std::fs::read_to_string(c.nodes[2].log_path()).unwrap_or_default();
+    seen.push(format!("m3 says it was removed: {}", log.contains(REMOVED)));
+    terminate(&mut c, 0);
+    seen
+}
+
+/// Removed members end with status 0, whether they learn of it while running, from their
+/// peers after a restart, or from their own data dir; a SIGTERM kills by the signal once the
+/// member has stopped cleanly. Ours and etcd 3.4 side by side (issue 16: the pty suite saw our
+/// removed member end non-zero).
+#[test]
+fn members_end_as_etcd_does_when_removed_or_terminated() {
+    let dir = tmp();
+    let etcd = how_members_end("etcd", &dir.path().join("etcd"));
+    let ours = how_members_end(OURS, &dir.path().join("ours"));
+    assert_eq!(ours, etcd, "ours, then etcd 3.4");
+    assert_eq!(
+        ours,
+        [
+            "SIGTERM: killed by signal 15",
+            "removed while down, restarted: Some(\"exit 0\")",
+            "SIGTERM right after its removal: exit 0",
+            "restarted on its removed data dir: Some(\"exit 0\")",
+            "m3 says it was removed: true",
+        ]
+    );
+}

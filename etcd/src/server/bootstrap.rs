@@ -44,6 +44,9 @@ pub enum BootError {
     Raft(#[from] raft::errors::Error),
     #[error("{0}")]
     Config(String),
+    /// The member's own store says it was removed: etcd's end of life for it, not a fault.
+    #[error("member {0}: {msg}", msg = crate::transport::REMOVED_MESSAGE)]
+    Removed(String),
 }
 
 /// A member ready to run: raft node, WAL, snapshots, store and membership.
@@ -519,11 +522,7 @@ fn restart(cfg: &Config) -> Result<Booted, BootError> {
         removed = v2_removed;
     }
     if removed.contains(&meta.node_id) {
-        return Err(BootError::Config(format!(
-            "member {}: {}",
-            membership::id_hex(meta.node_id),
-            crate::transport::REMOVED_MESSAGE
-        )));
+        return Err(BootError::Removed(membership::id_hex(meta.node_id)));
     }
     tracing::info!(
         local_member_id = %membership::id_hex(meta.node_id),

@@ -324,11 +324,42 @@ fn bytes_durations_and_errors_match() {
         run(&["--dial-timeout=0", "put", "d", "0"]),
         run(&["--command-timeout=0", "get", "d"]),
         run(&["--keepalive-time=0", "get", "d"]),
+        run(&["--keepalive-timeout=0", "get", "d"]),
+        run(&["--keepalive-time=0", "--keepalive-timeout=0", "get", "d"]),
         run(&["get", "d", "--rev=100"]),
         run(&["lease", "revoke", "5"]),
         run(&["role", "get", "nope"]),
         run(&["move-leader", "5"]),
     ]);
+}
+
+/// `snapshot status` on a terminal, both CLIs on the same file (its hash is the file's): 3.4
+/// prints no deprecation note and no progress bar, and the snapshot's own revision. One file
+/// from each twin's server, so a snapshot of etcd 3.4 is read too.
+#[test]
+fn snapshot_status_on_a_terminal_matches() {
+    let twin = Twin::start();
+    let mut sessions = Vec::new();
+    for (name, server) in [("go", &twin.go), ("ours", &twin.ours)] {
+        for (k, v) in [("s1", "v1"), ("s2", "v2"), ("s1", "v3")] {
+            server.etcd.etcdctl_ok(&["put", k, v]);
+        }
+        let path = twin.dir.path().join(format!("{name}.db"));
+        let path: &'static str = String::leak(path.display().to_string());
+        server.etcd.etcdctl_ok(&["snapshot", "save", path]);
+        for w in ["simple", "table", "json"] {
+            sessions.push(run(Vec::leak(vec!["snapshot", "status", path, "-w", w])));
+        }
+    }
+    // Paths that are no snapshot: missing, a directory, a file of zeros.
+    let zeros = twin.dir.path().join("zeros.db");
+    std::fs::write(&zeros, vec![0u8; 65536]).expect("write a file of zeros");
+    let zeros: &'static str = String::leak(zeros.display().to_string());
+    let dir: &'static str = String::leak(twin.dir.path().display().to_string());
+    for p in ["/nonexistent/snap.db", dir, zeros] {
+        sessions.push(run(Vec::leak(vec!["snapshot", "status", p])));
+    }
+    assert_same(compare(&twin, &sessions));
 }
 
 /// watch, lock and elect with a command, and on a terminal until Ctrl-C.

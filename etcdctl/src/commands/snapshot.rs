@@ -93,9 +93,31 @@ fn status(ctx: &Ctx, a: &StatusArgs) -> Result<()> {
         }
         f => etcdutl::output::Format::parse(f).map_err(|e| CtlError::BadFeature(e.to_string()))?,
     };
-    let st = etcdutl::snapshot::status(std::path::Path::new(&a.args[0])).map_err(util_err)?;
+    let path = std::path::Path::new(&a.args[0]);
+    refuse_as_etcdctl_34(path)?;
+    let st = etcdutl::snapshot::status(path).map_err(util_err)?;
     print!("{}", etcdutl::snapshot::format_status(&st, fmt));
     Ok(())
+}
+
+/// etcdctl 3.4's own words, and exit status 1, for a path `snapshot status` cannot read as a
+/// db (etcdutl's messages say more, and a missing file is a bad argument there).
+fn refuse_as_etcdctl_34(path: &std::path::Path) -> Result<()> {
+    let shown = path.display().to_string();
+    match std::fs::metadata(path) {
+        Err(e) => Err(CtlError::Other(common::gofmt::go_io_error(
+            "stat", &shown, &e,
+        ))),
+        Ok(m) if m.is_dir() => Err(CtlError::Other(format!("open {shown}: is a directory"))),
+        // bbolt's name for a file whose meta pages are not a db's.
+        Ok(m) if m.len() > 0 => match common::backend::Db::open_read_only(path) {
+            Err(common::backend::Error::NotBbolt { .. }) => {
+                Err(CtlError::Other("invalid database".into()))
+            }
+            _ => Ok(()),
+        },
+        Ok(_) => Ok(()),
+    }
 }
 
 /// `snapshot restore`: etcdutl's restore with etcd 3.4's flags.

@@ -222,16 +222,6 @@ impl Printer for FieldsPrinter {
         Ok(())
     }
 
-    fn move_leader(
-        &self,
-        w: &mut dyn Write,
-        _leader: u64,
-        _target: u64,
-        r: &pb::MoveLeaderResponse,
-    ) -> Result<()> {
-        hdr(w, &r.header)
-    }
-
     fn auth_ack(&self, w: &mut dyn Write, r: &AuthAck) -> Result<()> {
         hdr(w, &r.header.cloned())
     }

@@ -541,6 +541,7 @@ impl Twin {
         args.iter()
             .map(|a| {
                 let mut a = a.replace("{DIR}", &server.files_dir().display().to_string());
+                a = a.replace("{SELF}", &format!("{:x}", server.member_id));
                 for (n, id) in &server.ids {
                     a = a.replace(&format!("{{{n}}}"), &format!("{id:x}"));
                 }

@@ -98,7 +98,7 @@ fn run(cfg: Config) -> Result<Option<i32>, String> {
             Ok(s) => s,
             Err(e @ etcd::server::bootstrap::BootError::Removed(_)) => {
                 tracing::error!("{e}");
-                return removed_or_failed(etcd::transport::REMOVED_MESSAGE.to_string()).map(|()| None);
+                return Ok(removed());
             }
             Err(e) => return Err(e.to_string()),
         };
@@ -120,9 +120,8 @@ fn run(cfg: Config) -> Result<Option<i32>, String> {
         tokio::select! {
             r = server.wait_ready() => r.map_err(|e| format!("the member did not become ready: {e}"))?,
             f = server.wait_failed() => {
-                let s = server.clone();
-                let _ = tokio::task::spawn_blocking(move || s.stop()).await;
-                return removed_or_failed(f).map(|()| None);
+                stop_member(&server).await;
+                return removed_or_failed(f);
             }
         }
         // The index rebuild and the WAL replay freed what they decoded: give it back now.
@@ -134,8 +133,7 @@ fn run(cfg: Config) -> Result<Option<i32>, String> {
             .enabled(etcd::config::Gate::InitialCorruptCheck)
             && let Err(e) = etcd::server::corrupt::initial_check(&server).await
         {
-            let s = server.clone();
-            let _ = tokio::task::spawn_blocking(move || s.stop()).await;
+            stop_member(&server).await;
             return Err(e);
         }
         tokio::spawn(etcd::server::cluster_version::monitor(server.clone()));
@@ -204,24 +202,35 @@ fn run(cfg: Config) -> Result<Option<i32>, String> {
                 abort.abort();
             }
         }
-        let s = server.clone();
-        let _ = tokio::task::spawn_blocking(move || s.stop()).await;
+        stop_member(&server).await;
         tracing::info!("stopped etcd server");
         match failed {
-            Some(f) => removed_or_failed(f).map(|()| None),
+            Some(f) => removed_or_failed(f),
             None => Ok(signal),
         }
     })
 }
 
-/// How a member that stopped on its own ends. etcd stops a removed member and exits 0, at
-/// boot, before it is ready or while it serves: that is its end of life, not a fault.
-fn removed_or_failed(f: String) -> Result<(), String> {
-    if f != etcd::transport::REMOVED_MESSAGE {
-        return Err(f);
+/// Stops the member's raft, apply and storage threads (blocking work, off the runtime).
+async fn stop_member(server: &std::sync::Arc<EtcdServer>) {
+    let s = server.clone();
+    let _ = tokio::task::spawn_blocking(move || s.stop()).await;
+}
+
+/// How a member that stopped on its own ends: a removal is no failure (see `removed`).
+fn removed_or_failed(f: String) -> Result<Option<i32>, String> {
+    if f == etcd::transport::REMOVED_MESSAGE {
+        Ok(removed())
+    } else {
+        Err(f)
     }
+}
+
+/// etcd stops a removed member and exits 0, at boot, before it is ready or while it serves:
+/// that is its end of life, not a fault.
+fn removed() -> Option<i32> {
     tracing::info!("the data-dir used by this member must be removed");
-    Ok(())
+    None
 }
 
 /// The client listeners' TLS, when any client or metrics URL is https (the metrics port uses

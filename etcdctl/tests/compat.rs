@@ -188,7 +188,8 @@ fn lease_commands_match_etcdctl() {
 }
 
 /// Cluster and maintenance commands: member, endpoint, alarm, defrag, compaction,
-/// move-leader (`{SELF}` is the server's own member ID). New members are learners so that the one-member cluster keeps its quorum.
+/// move-leader (`{SELF}` is the server's own member ID). New members are learners so that
+/// the one-member cluster keeps its quorum.
 #[test]
 fn cluster_and_maintenance_commands_match_etcdctl() {
     let mut t = Twin::start();

@@ -316,11 +316,25 @@ impl Node {
         }
     }
 
-    /// SIGTERM, and wait for the process to end.
-    pub fn stop(&mut self) {
+    /// SIGTERM, and wait for the process to end; how it ended, if it ran.
+    pub fn stop(&mut self) -> Option<std::process::ExitStatus> {
         self.signal(libc::SIGTERM);
-        if let Some(mut c) = self.child.take() {
-            let _ = c.wait();
+        self.child.take().and_then(|mut c| c.wait().ok())
+    }
+
+    /// Waits up to `within` for the process to end by itself; how it ended, or None if it
+    /// still runs.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            if let Some(s) = self.exited() {
+                self.child = None;
+                return Some(s);
+            }
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
 

@@ -94,30 +94,28 @@ fn status(ctx: &Ctx, a: &StatusArgs) -> Result<()> {
         f => etcdutl::output::Format::parse(f).map_err(|e| CtlError::BadFeature(e.to_string()))?,
     };
     let path = std::path::Path::new(&a.args[0]);
-    refuse_as_etcdctl_34(path)?;
-    let st = etcdutl::snapshot::status(path).map_err(util_err)?;
+    let st = etcdutl::snapshot::status(path)
+        .map_err(|e| in_etcdctl_34_words(path).unwrap_or_else(|| util_err(e)))?;
     print!("{}", etcdutl::snapshot::format_status(&st, fmt));
     Ok(())
 }
 
-/// etcdctl 3.4's own words, and exit status 1, for a path `snapshot status` cannot read as a
-/// db (etcdutl's messages say more, and a missing file is a bad argument there).
-fn refuse_as_etcdctl_34(path: &std::path::Path) -> Result<()> {
+/// etcdctl 3.4's own words, and exit status 1, for a path `snapshot status` could not read as
+/// a db (etcdutl's messages say more, and a missing file is a bad argument there); None when
+/// etcdutl's error stands.
+fn in_etcdctl_34_words(path: &std::path::Path) -> Option<CtlError> {
     let shown = path.display().to_string();
-    match std::fs::metadata(path) {
-        Err(e) => Err(CtlError::Other(common::gofmt::go_io_error(
-            "stat", &shown, &e,
-        ))),
-        Ok(m) if m.is_dir() => Err(CtlError::Other(format!("open {shown}: is a directory"))),
+    let words = match std::fs::metadata(path) {
+        Err(e) => common::gofmt::go_io_error("stat", &shown, &e),
+        Ok(m) if m.is_dir() => format!("open {shown}: is a directory"),
         // bbolt's name for a file whose meta pages are not a db's.
         Ok(m) if m.len() > 0 => match common::backend::Db::open_read_only(path) {
-            Err(common::backend::Error::NotBbolt { .. }) => {
-                Err(CtlError::Other("invalid database".into()))
-            }
-            _ => Ok(()),
+            Err(common::backend::Error::NotBbolt { .. }) => "invalid database".to_string(),
+            _ => return None,
         },
-        Ok(_) => Ok(()),
-    }
+        Ok(_) => return None,
+    };
+    Some(CtlError::Other(words))
 }
 
 /// `snapshot restore`: etcdutl's restore with etcd 3.4's flags.

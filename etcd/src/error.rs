@@ -58,8 +58,10 @@ etcd_errors! {
     TOO_MANY_OPS = InvalidArgument, "etcdserver: too many operations in txn request";
     DUPLICATE_KEY = InvalidArgument, "etcdserver: duplicate key given in txn request";
     INVALID_SORT_OPTION = InvalidArgument, "etcdserver: invalid sort option";
-    // etcd 3.7 refuses these with InvalidArgument; its exact text was not at hand.
-    RANGE_STREAM_SORT = InvalidArgument, "etcdserver: range stream does not support sort order other than ascending by key";
+    // etcd 3.7 answers these Unimplemented (a client falls back to Range); its exact text
+    // was not at hand.
+    RANGE_STREAM_SORT = Unimplemented, "etcdserver: range stream does not support sort order other than ascending by key";
+    RANGE_STREAM_FILTER = Unimplemented, "etcdserver: range stream does not support min/max mod or create revision filters";
     COMPACTED = OutOfRange, "etcdserver: mvcc: required revision has been compacted";
     FUTURE_REV = OutOfRange, "etcdserver: mvcc: required revision is a future revision";
     NO_SPACE = ResourceExhausted, "etcdserver: mvcc: database space exceeded";

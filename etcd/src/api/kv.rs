@@ -46,8 +46,9 @@ impl KvService {
         }
     }
 
-    /// What Range and RangeStream check before reading: the request (and for a stream, its
-    /// order), a linearizable read's ReadIndex round, and the caller's read permission.
+    /// What Range and RangeStream check before reading: the request (and for a stream, that
+    /// etcd 3.7 streams it), a linearizable read's ReadIndex round, and the caller's read
+    /// permission.
     async fn admit_range(
         &self,
         request: Request<RangeRequest>,
@@ -58,7 +59,7 @@ impl KvService {
         self.server.guard(r.serializable)?;
         validate::check_range(&r)?;
         if stream {
-            range_stream::check_order(&r)?;
+            range_stream::check_streamable(&r)?;
         }
         if !r.serializable {
             self.server.linearizable_read().await?;
@@ -166,7 +167,7 @@ impl Kv for KvService {
     ) -> Result<Response<Self::RangeStreamStream>, Status> {
         let (ai, r) = self.admit_range(request, true).await?;
         self.check_fresh(&ai)?;
-        // The first message: cluster, member and term, no revision yet.
+        // Cluster, member and term; the stream sets the pinned revision.
         let header = self.server.header(0).unwrap_or_default();
         let chunks = range_stream::spawn(
             self.server.kv().clone(),

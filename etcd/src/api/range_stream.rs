@@ -23,16 +23,23 @@ const PAGE_KEYS: usize = 1000;
 
 pub type Chunks = mpsc::Receiver<Result<RangeStreamResponse, Status>>;
 
-/// Only the store's own order can stream: any other sort needs the whole result first.
-pub fn check_order(r: &RangeRequest) -> Result<(), Error> {
+/// What etcd 3.7 streams: the store's own key order and no revision filters; anything else
+/// answers Unimplemented, so a client falls back to the unary Range.
+pub fn check_streamable(r: &RangeRequest) -> Result<(), Error> {
     let order = SortOrder::try_from(r.sort_order).unwrap_or(SortOrder::None);
     let target = SortTarget::try_from(r.sort_target).unwrap_or(SortTarget::Key);
     // Unsorted, or sorted ascending by key: both are the store's key order.
-    if target == SortTarget::Key && order != SortOrder::Descend {
-        Ok(())
-    } else {
-        Err(error::RANGE_STREAM_SORT)
+    if target != SortTarget::Key || order == SortOrder::Descend {
+        return Err(error::RANGE_STREAM_SORT);
     }
+    let filtered = r.min_mod_revision != 0
+        || r.max_mod_revision != 0
+        || r.min_create_revision != 0
+        || r.max_create_revision != 0;
+    if filtered {
+        return Err(error::RANGE_STREAM_FILTER);
+    }
+    Ok(())
 }
 
 fn chunk(resp: RangeResponse) -> Result<RangeStreamResponse, Status> {
@@ -41,10 +48,10 @@ fn chunk(resp: RangeResponse) -> Result<RangeStreamResponse, Status> {
     })
 }
 
-/// Streams `r`'s answer from `store`: first `header` (cluster, member and term, sent at once as
-/// etcd does), then the key-values in chunks of about `budget` bytes; the first data chunk
-/// carries the revision, the last the count and `more`. An error (the pinned revision
-/// compacted meanwhile) ends the stream.
+/// Streams `r`'s answer from `store` as etcd 3.7 does: chunks of about `budget` bytes that
+/// carry only key-values, then a last chunk with the rest of them and `header` (its revision
+/// set to the pinned one), the count and `more`. An error (the pinned revision compacted
+/// meanwhile) ends the stream.
 pub fn spawn(
     store: Arc<KvStore>,
     r: RangeRequest,
@@ -53,113 +60,98 @@ pub fn spawn(
 ) -> Chunks {
     let (tx, rx) = mpsc::channel(2);
     tokio::task::spawn_blocking(move || {
-        let head = RangeResponse {
-            header: Some(header),
-            ..Default::default()
-        };
-        if tx.blocking_send(chunk(head)).is_err() {
-            return;
-        }
-        if let Err(e) = produce(&store, &r, budget.max(1), &tx) {
+        if let Err(e) = produce(&store, &r, header, budget.max(1), &tx) {
             let _ = tx.blocking_send(Err(mvcc_error(e).status()));
         }
     });
     rx
 }
 
-/// The chunks being built and sent; false from `send` when the client is gone.
+/// The chunk being filled. A full chunk is sent only when the next key-value arrives, so
+/// the last chunk is never empty unless the whole answer is.
 struct Out<'a> {
     tx: &'a mpsc::Sender<Result<RangeStreamResponse, Status>>,
-    /// The view's revision, sent with the first data chunk.
-    revision: Option<i64>,
     kvs: Vec<KeyValue>,
     bytes: usize,
+    budget: usize,
 }
 
 impl Out<'_> {
-    fn push(&mut self, kv: KeyValue, budget: usize) -> bool {
+    /// False when the client is gone.
+    fn push(&mut self, kv: KeyValue) -> bool {
+        if self.bytes >= self.budget {
+            let resp = RangeResponse {
+                kvs: std::mem::take(&mut self.kvs),
+                ..Default::default()
+            };
+            self.bytes = 0;
+            if self.tx.blocking_send(chunk(resp)).is_err() {
+                return false;
+            }
+        }
         self.bytes += kv.encoded_len();
         self.kvs.push(kv);
-        if self.bytes >= budget {
-            return self.flush(None);
-        }
         true
     }
 
-    /// Sends what is buffered; `last` = (count, more) makes it the final chunk.
-    fn flush(&mut self, last: Option<(i64, bool)>) -> bool {
-        let header = self.revision.take().map(|revision| ResponseHeader {
-            revision,
-            ..Default::default()
-        });
-        let (count, more) = last.unwrap_or_default();
+    fn finish(self, header: ResponseHeader, count: i64, more: bool) {
         let resp = RangeResponse {
-            header,
-            kvs: std::mem::take(&mut self.kvs),
+            header: Some(header),
+            kvs: self.kvs,
             more,
             count,
         };
-        self.bytes = 0;
-        self.tx.blocking_send(chunk(resp)).is_ok()
+        let _ = self.tx.blocking_send(chunk(resp));
     }
 }
 
 fn produce(
     store: &KvStore,
     r: &RangeRequest,
+    mut header: ResponseHeader,
     budget: usize,
     tx: &mpsc::Sender<Result<RangeStreamResponse, Status>>,
 ) -> Result<(), MvccError> {
     let view = store.read_view().counted_as_range();
+    // Pinned: every page reads this revision, whatever is written meanwhile.
     let at = if r.revision > 0 {
         r.revision
     } else {
         view.rev()
     };
-    let keeps = |created: i64, modified: i64| {
-        (r.max_mod_revision == 0 || modified <= r.max_mod_revision)
-            && (r.min_mod_revision == 0 || modified >= r.min_mod_revision)
-            && (r.max_create_revision == 0 || created <= r.max_create_revision)
-            && (r.min_create_revision == 0 || created >= r.min_create_revision)
-    };
+    header.revision = view.rev();
     let limit = usize::try_from(r.limit).unwrap_or(0);
     let single = r.range_end.is_empty();
     let mut out = Out {
         tx,
-        revision: Some(view.rev()),
         kvs: Vec::new(),
         bytes: 0,
+        budget,
     };
     let mut cursor = r.key.clone();
     let (mut count, mut delivered, mut more) = (0usize, 0usize, false);
     loop {
         // An empty range picks nothing, after the revision is checked as Range checks it.
-        let picked = view.pick_page(KeyRange::new(&cursor, &r.range_end), at, PAGE_KEYS)?;
+        let mut picked = view.pick_page(KeyRange::new(&cursor, &r.range_end), at, PAGE_KEYS)?;
         let full = picked.len() == PAGE_KEYS;
-        count += picked.len();
         let next = picked.last().map(|(k, _)| {
             let mut k = k.clone();
             k.push(0);
             k
         });
-        let mut wanted = Vec::new();
-        for p in picked {
-            if !keeps(p.1.created.main, p.1.modified.main) {
-                continue;
-            }
-            if limit > 0 && delivered == limit {
-                more = true;
-                break;
-            }
-            delivered += 1;
-            wanted.push(p);
+        // Every key of the page counts, also those past the limit.
+        count += picked.len();
+        if limit > 0 && delivered + picked.len() > limit {
+            picked.truncate(limit - delivered);
+            more = true;
         }
+        delivered += picked.len();
         if !r.count_only {
-            for mut kv in view.values(wanted, at)? {
+            for mut kv in view.values(picked, at)? {
                 if r.keys_only {
                     kv.value.clear();
                 }
-                if !out.push(kv, budget) {
+                if !out.push(kv) {
                     return Ok(());
                 }
             }
@@ -174,6 +166,6 @@ fn produce(
             break;
         }
     }
-    out.flush(Some((count as i64, more)));
+    out.finish(header, count as i64, more);
     Ok(())
 }

@@ -1,5 +1,6 @@
 // Watch progress requests under load: a progress response for revision R never overtakes an
-// event at or below R (kine#731's failure), on one member and on a follower of a cluster.
+// event at or below R (kine#731's failure), on one member and on a follower of a cluster; a
+// request while a watcher still catches up is answered once it has, as etcd 3.5.16 answers.
 
 #[path = "../../common/tests/support/mod.rs"]
 mod support;
@@ -11,9 +12,10 @@ use std::time::{Duration, Instant};
 
 use cluster_support::Cluster;
 use proto::etcdserverpb::{
-    PutRequest, WatchCreateRequest, WatchProgressRequest, WatchRequest, kv_client::KvClient,
-    watch_client::WatchClient, watch_request,
+    PutRequest, RequestOp, TxnRequest, WatchCreateRequest, WatchProgressRequest, WatchRequest,
+    kv_client::KvClient, request_op, watch_client::WatchClient, watch_request,
 };
+use tokio_stream::StreamExt;
 
 const OURS: &str = env!("CARGO_BIN_EXE_etcd");
 const FAST: &[&str] = &["--heartbeat-interval", "50", "--election-timeout", "500"];
@@ -158,5 +160,166 @@ fn progress_never_overtakes_an_event_on_a_follower() {
         &c.nodes[leader].client_url,
         &c.nodes[follower].client_url,
         "follower",
+    );
+}
+
+/// etcd 3.5 (Debian trixie's etcd-server, which scripts/deps.sh unpacks into /opt/etcd-3.5):
+/// 3.5.13 and later answer a progress request that comes while a watcher catches up once it
+/// has (3.4.23 drops it).
+fn etcd35() -> String {
+    let dir = std::env::var("ETCD35_DIR").unwrap_or_else(|_| "/opt/etcd-3.5".to_string());
+    let bin = format!("{dir}/etcd");
+    assert!(
+        std::path::Path::new(&bin).exists(),
+        "{bin} (etcd 3.5) is missing: run scripts/deps.sh"
+    );
+    bin
+}
+
+/// Revisions of history (10 keys each) the watcher catches up on.
+const HISTORY_REVS: usize = 300;
+
+fn progress_request() -> WatchRequest {
+    WatchRequest {
+        request_union: Some(watch_request::RequestUnion::ProgressRequest(
+            WatchProgressRequest {},
+        )),
+    }
+}
+
+/// A watch from revision 1 over the history, with two progress requests sent right behind
+/// its create request (before it can have caught up); what the stream then delivers, in
+/// order, as lines: runs of events as "events through R (n)", progress as "progress at R".
+async fn progress_while_catching_up(url: String) -> Vec<String> {
+    let mut kv = KvClient::connect(url.clone()).await.expect("connect");
+    for r in 0..HISTORY_REVS {
+        let ops = (0..10)
+            .map(|k| RequestOp {
+                request: Some(request_op::Request::RequestPut(PutRequest {
+                    key: format!("c/{k}").into_bytes(),
+                    value: format!("{r}").into_bytes(),
+                    ..Default::default()
+                })),
+            })
+            .collect();
+        kv.txn(TxnRequest {
+            success: ops,
+            ..Default::default()
+        })
+        .await
+        .expect("history");
+    }
+    let mut wc = WatchClient::connect(url).await.expect("connect watcher");
+    let create = WatchRequest {
+        request_union: Some(watch_request::RequestUnion::CreateRequest(
+            WatchCreateRequest {
+                key: b"c/".to_vec(),
+                range_end: b"c0".to_vec(),
+                start_revision: 1,
+                ..Default::default()
+            },
+        )),
+    };
+    let requests = tokio_stream::iter([create, progress_request(), progress_request()]);
+    let mut stream = wc
+        .watch(requests.chain(tokio_stream::pending()))
+        .await
+        .expect("watch")
+        .into_inner();
+    let mut seen = Vec::new();
+    record_until_quiet(&mut stream, &mut seen).await;
+    // One more write: etcd 3.5 answers a progress request it deferred with the next events.
+    kv.put(PutRequest {
+        key: b"c/after".to_vec(),
+        value: b"v".to_vec(),
+        ..Default::default()
+    })
+    .await
+    .expect("put");
+    seen.push("-- a put".to_string());
+    record_until_quiet(&mut stream, &mut seen).await;
+    seen
+}
+
+/// Appends what `stream` delivers to `seen` until nothing comes for a second: runs of events
+/// as "events through R (n)", progress responses as "progress at R, watch id W".
+async fn record_until_quiet(
+    stream: &mut tonic::Streaming<proto::etcdserverpb::WatchResponse>,
+    seen: &mut Vec<String>,
+) {
+    let (mut run, mut last) = (0usize, 0i64);
+    while let Ok(r) = tokio::time::timeout(Duration::from_secs(1), stream.message()).await {
+        let r = r.expect("watch stream").expect("a response");
+        let rev = r.header.as_ref().map_or(0, |h| h.revision);
+        if r.created {
+            seen.push("created".to_string());
+        } else if r.events.is_empty() {
+            if run > 0 {
+                seen.push(format!("events through {last} ({run})"));
+                run = 0;
+            }
+            seen.push(format!("progress at {rev}, watch id {}", r.watch_id));
+        } else {
+            run += r.events.len();
+            last = r
+                .events
+                .iter()
+                .filter_map(|e| e.kv.as_ref())
+                .map(|k| k.mod_revision)
+                .max()
+                .unwrap_or(last);
+        }
+    }
+    if run > 0 {
+        seen.push(format!("events through {last} ({run})"));
+    }
+}
+
+/// Progress requests sent while a watcher catches up on 300 revisions of history: ours answers
+/// each once the watcher has caught up, with the revision of the last event sent. etcd 3.5.16
+/// defers them and then answers none, not even after the next event (the class of etcd#17507,
+/// "no response until there is an event"): its deferral is what etcd means, so ours answers;
+/// the events and their order must be etcd's, and no answer may come before them.
+#[test]
+fn a_progress_request_waits_for_a_watcher_that_catches_up() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut seen = Vec::new();
+    for (name, bin) in [("etcd 3.5", etcd35()), ("ours", OURS.to_string())] {
+        let m = support::RealEtcd::start_bin(&bin, &dir.path().join(name), "m", &[]);
+        seen.push(rt.block_on(progress_while_catching_up(m.client_url.clone())));
+    }
+    let last = HISTORY_REVS + 1;
+    let history = format!("events through {last} ({})", HISTORY_REVS * 10);
+    for (name, s) in ["etcd 3.5.16", "ours"].iter().zip(&seen) {
+        let events_at = s.iter().position(|l| *l == history);
+        let first_progress = s.iter().position(|l| l.starts_with("progress"));
+        assert!(
+            events_at.is_some() && first_progress.is_none_or(|p| Some(p) > events_at),
+            "{name}: a progress answer before the history's events: {s:?}"
+        );
+    }
+    let events_only = |s: &[String]| -> Vec<String> {
+        s.iter()
+            .filter(|l| !l.starts_with("progress"))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(
+        events_only(&seen[1]),
+        events_only(&seen[0]),
+        "events: ours, then etcd 3.5.16"
+    );
+    assert_eq!(
+        seen[1],
+        [
+            "created".to_string(),
+            history.clone(),
+            format!("progress at {last}, watch id -1"),
+            format!("progress at {last}, watch id -1"),
+            "-- a put".to_string(),
+            format!("events through {} (1)", last + 1),
+        ],
+        "ours"
     );
 }

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use http_client::{get, post, request};
-use probes::assert_probes_answer_as_etcd_3_5;
+use probes::{assert_probes_answer_as_etcd_3_5, assert_probes_match};
 use serde_json::Value;
 use support::{RealEtcd, free_port};
 
@@ -295,6 +295,38 @@ fn health_version_and_metrics() {
         assert_eq!((a.status, &a.body), (b.status, &b.body), "{base}");
         assert_eq!(a.header("allow"), b.header("allow"));
     }
+}
+
+/// etcd 3.5 (Debian trixie's etcd-server, which scripts/deps.sh unpacks into /opt/etcd-3.5).
+fn etcd35() -> String {
+    let dir = std::env::var("ETCD35_DIR").unwrap_or_else(|_| "/opt/etcd-3.5".to_string());
+    let bin = format!("{dir}/etcd");
+    assert!(
+        std::path::Path::new(&bin).exists(),
+        "{bin} (etcd 3.5) is missing: run scripts/deps.sh"
+    );
+    bin
+}
+
+/// /livez and /readyz, on the client port and on --listen-metrics-urls, answer as a running
+/// etcd 3.5.16 answers them (etcd 3.4 has neither).
+#[test]
+fn probes_answer_as_a_running_etcd_3_5() {
+    let dir = tempfile::tempdir().unwrap();
+    let start = |bin: &str, name: &str| {
+        let metrics = format!("http://127.0.0.1:{}", free_port());
+        let m = RealEtcd::start_bin(
+            bin,
+            &dir.path().join(name),
+            name,
+            &["--listen-metrics-urls", &metrics],
+        );
+        (m, metrics)
+    };
+    let (ours, ours_metrics) = start(OURS, "ours");
+    let (etcd, etcd_metrics) = start(&etcd35(), "etcd35");
+    assert_probes_match(&ours.client_url, &etcd.client_url);
+    assert_probes_match(&ours_metrics, &etcd_metrics);
 }
 
 #[test]

@@ -466,6 +466,68 @@ fn auto_tls_serves_a_self_signed_certificate() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "1\n", "{out:?}");
 }
 
+/// TLS connections that never finish their handshake, one silent and one that stops inside
+/// its ClientHello, are dropped by the server's 10 s handshake timeout (logged) instead of
+/// being held; a client that completes its handshake meanwhile is served.
+#[test]
+fn stalled_tls_handshakes_are_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let ready = ["--insecure-skip-tls-verify", "--insecure-transport=false"];
+    let data = dir.path().join("ours");
+    let ours = start(OURS, &data, &["--auto-tls"], &ready);
+    let addr = ours.url.trim_start_matches("https://").to_string();
+    // A handshake record announcing 512 bytes of ClientHello, of which 9 are sent.
+    let half_hello: &[u8] = &[
+        0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03, 0, 0, 0,
+    ];
+    let probes: Vec<_> = [&b""[..], half_hello]
+        .into_iter()
+        .map(|sent| {
+            let addr = addr.clone();
+            std::thread::spawn(move || {
+                let started = Instant::now();
+                let mut s = std::net::TcpStream::connect(&addr).expect("connect");
+                s.write_all(sent).expect("send");
+                s.set_read_timeout(Some(Duration::from_secs(60)))
+                    .expect("read timeout");
+                // A close reads as end of stream (or a reset); a timeout means still open.
+                let mut got = Vec::new();
+                match s.read_to_end(&mut got) {
+                    Ok(_) => Ok((got, started.elapsed())),
+                    Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                        Ok((got, started.elapsed()))
+                    }
+                    Err(e) => Err(format!(
+                        "{} bytes sent: still open after 60 s: {e}",
+                        sent.len()
+                    )),
+                }
+            })
+        })
+        .collect();
+    let mut put = ready.to_vec();
+    put.extend(["put", "a", "1"]);
+    assert!(
+        etcdctl(&ours.url, &put).status.success(),
+        "a client that completes its handshake"
+    );
+    for (p, sent) in probes.into_iter().zip(["nothing", "half a ClientHello"]) {
+        let (got, after) = p.join().expect("probe").unwrap_or_else(|e| panic!("{e}"));
+        // Dropped, not answered (at most a TLS alert), and not before the timeout.
+        assert!(got.len() < 16, "{sent}: got {got:?}");
+        assert!(
+            after >= Duration::from_secs(9),
+            "{sent}: dropped after {after:?}"
+        );
+    }
+    let log = std::fs::read_to_string(data.with_extension("log")).unwrap_or_default();
+    assert_eq!(
+        log.matches("TLS handshake timed out").count(),
+        2,
+        "the log names both dropped connections"
+    );
+}
+
 /// Whether `curl` gets the peer port's /version with `cert` (None: no client certificate),
 /// and what it said when it did not.
 fn peer_version(url: &str, ca: &Path, cert: Option<(&Path, &Path)>) -> (bool, String) {

@@ -17,8 +17,9 @@
 // file after the defrag.
 //
 // Run: scripts/bench.sh scale   (BENCH_ONLY=etcd|ours runs one server; BENCH_OURS_BIN=<path>
-// measures another build of ours, e.g. an older one; quick: BENCH_SCALE_PUTS=200000
-// BENCH_SCALE_KEYS=200000 scripts/bench.sh scale)
+// measures another build of ours, e.g. an older one; BENCH_SCALE_SEQUENTIAL=1 puts key i % keys
+// for the i-th put, so that as many puts as keys leave every key alive (issue 17's RangeStream of
+// 1M keys); quick: BENCH_SCALE_PUTS=200000 BENCH_SCALE_KEYS=200000 scripts/bench.sh scale)
 
 #[path = "../../common/tests/support/mod.rs"]
 mod support;
@@ -224,8 +225,9 @@ fn next(state: &mut u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// The random put load; (seconds, failed puts).
-async fn load(url: &str, puts: u64, keys: u64) -> (f64, u64) {
+/// The put load, on random keys or (`sequential`) on key i % keys for the i-th put, so that
+/// as many puts as keys leave every key alive once; (seconds, failed puts).
+async fn load(url: &str, puts: u64, keys: u64, sequential: bool) -> (f64, u64) {
     let mut conns = Vec::new();
     for _ in 0..CONNS {
         conns.push(load::connect(url).await);
@@ -240,11 +242,11 @@ async fn load(url: &str, puts: u64, keys: u64) -> (f64, u64) {
             tokio::spawn(async move {
                 let mut seed = c as u64 + 1;
                 let value = vec![b'v'; VALUE];
-                while left
-                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
-                    .is_ok()
+                while let Ok(n) =
+                    left.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
                 {
-                    let k = next(&mut seed) % keys;
+                    let random = next(&mut seed);
+                    let k = if sequential { puts - n } else { random } % keys;
                     let put = PutRequest {
                         key: format!("{k:08x}").into_bytes(),
                         value: value.clone(),
@@ -290,12 +292,19 @@ fn db_mib_of(s: &support::RealEtcd) -> f64 {
         .unwrap_or(0.0)
 }
 
-fn run(name: &str, bin: &str, dir: &std::path::Path, puts: u64, keys: u64) -> Measured {
+fn run(
+    name: &str,
+    bin: &str,
+    dir: &std::path::Path,
+    puts: u64,
+    keys: u64,
+    sequential: bool,
+) -> Measured {
     let flags = ["--quota-backend-bytes", QUOTA];
     let mut s = support::RealEtcd::start_bin(bin, &dir.join(name), "scale", &flags);
     let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
     eprintln!("scale: {puts} puts over {keys} keys on {name}");
-    let (load_secs, failed) = rt.block_on(load(&s.client_url, puts, keys));
+    let (load_secs, failed) = rt.block_on(load(&s.client_url, puts, keys, sequential));
     // Both backends commit every 100 ms: let the last batch land.
     std::thread::sleep(Duration::from_secs(2));
     let pid = s.child.as_ref().map(|c| c.id()).unwrap_or(0);
@@ -346,6 +355,7 @@ fn run(name: &str, bin: &str, dir: &std::path::Path, puts: u64, keys: u64) -> Me
 fn main() {
     let puts = env("BENCH_SCALE_PUTS", 1_000_000);
     let keys = env("BENCH_SCALE_KEYS", 1_000_000).max(1);
+    let sequential = std::env::var("BENCH_SCALE_SEQUENTIAL").is_ok_and(|v| v == "1");
     let only = std::env::var("BENCH_ONLY").ok();
     let ours = std::env::var("BENCH_OURS_BIN").unwrap_or_else(|_| OURS.to_string());
     let tmp = tempfile::tempdir().expect("temp dir");
@@ -355,12 +365,13 @@ fn main() {
         .enumerate()
     {
         if only.as_deref().is_none_or(|o| o == *name) {
-            out[i] = Some(run(name, bin, tmp.path(), puts, keys));
+            out[i] = Some(run(name, bin, tmp.path(), puts, keys, sequential));
         }
     }
     println!(
-        "scale: {puts} puts of {VALUE}-byte values on random keys of {keys}, {CLIENTS} clients, \
-         one member, --quota-backend-bytes {QUOTA}; ours: {ours}"
+        "scale: {puts} puts of {VALUE}-byte values on {} keys of {keys}, {CLIENTS} clients, \
+         one member, --quota-backend-bytes {QUOTA}; ours: {ours}",
+        if sequential { "sequential" } else { "random" }
     );
     println!(
         "{:<40} {:>10} {:>10} {:>10}",

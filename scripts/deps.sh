@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests need from Debian when it is missing: the real etcd 3.4 server and Go
-# etcdctl (the compatibility oracle), curl (HTTP checks), cc and make (jemalloc's build),
+# etcdctl (the compatibility oracle), curl (HTTP checks), cc and make (jemalloc's build), protoc
+# (the Rust etcd-client crate's own build, scripts/rust-client-suite.sh; ours needs none),
 # Patroni and PostgreSQL 15 (a real client program of the JSON gateway), and etcd 3.5 (Debian
 # trixie's etcd-server, unpacked into /opt/etcd-3.5, not installed: mixed clusters with 3.5
 # members). Safe to run again; does nothing when all is present.
@@ -9,6 +10,7 @@ missing=()
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
+command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
 # The server's allocator (jemalloc) is C, built by cargo with the system's cc and make.
 { command -v cc >/dev/null 2>&1 && command -v make >/dev/null 2>&1; } || missing+=(build-essential)
 # tests/patroni.rs: Patroni (etcd3 backend) over PostgreSQL 15 on our server.

@@ -24,3 +24,5 @@ TWIN_SERVER_BIN="$(cd "$target_dir/debug" && pwd)/etcd" \
 echo "== etcdctl on a terminal against etcd-rs (real etcdctl on etcd 3.4 vs ours on etcd-rs, through a pty)"
 TWIN_SERVER_BIN="$(cd "$target_dir/debug" && pwd)/etcd" \
   cargo test -p etcdctl --test terminal
+echo "== the Rust etcd-client crate's own suite (0.21.1, with its etcd 3.7 RangeStream tests) against etcd-rs"
+scripts/rust-client-suite.sh "$target_dir/debug/etcd"

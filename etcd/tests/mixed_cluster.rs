@@ -20,17 +20,6 @@ const ETCD: &str = "etcd";
 
 const FAST: &[&str] = &["--heartbeat-interval", "50", "--election-timeout", "500"];
 
-/// etcd 3.5 (Debian trixie's etcd-server, which scripts/deps.sh unpacks into /opt/etcd-3.5).
-fn etcd35() -> String {
-    let dir = std::env::var("ETCD35_DIR").unwrap_or_else(|_| "/opt/etcd-3.5".to_string());
-    let bin = format!("{dir}/etcd");
-    assert!(
-        std::path::Path::new(&bin).exists(),
-        "{bin} (etcd 3.5) is missing: run scripts/deps.sh"
-    );
-    bin
-}
-
 /// FAST with a snapshot every 1000 entries, so a member 6000 entries behind gets one.
 fn snapshot_flags() -> Vec<&'static str> {
     FAST.iter()
@@ -322,7 +311,7 @@ fn snapshots_go_from_an_etcd_leader_to_ours_and_from_ours_to_etcd() {
 
 #[test]
 fn snapshots_go_from_an_etcd_35_leader_to_ours_and_from_ours_to_etcd_35() {
-    snapshots_both_ways(&etcd35());
+    snapshots_both_ways(&support::etcd35());
 }
 
 /// A member of ours far behind an etcd leader (of `etcd`'s binary) catches up by its snapshot,
@@ -401,7 +390,7 @@ fn ours_joins_an_etcd_cluster_and_etcd_joins_ours_as_learners() {
 
 #[test]
 fn ours_joins_an_etcd_35_cluster_and_etcd_35_joins_ours_as_learners() {
-    joins_as_learners(&etcd35());
+    joins_as_learners(&support::etcd35());
 }
 
 /// Ours joins a cluster of `etcd`'s binary as a learner, is promoted, leads and removes an etcd
@@ -652,7 +641,7 @@ fn a_cluster_restored_by_etcd_34_keeps_its_members_under_ours() {
 #[test]
 fn rolling_swap_of_an_etcd_35_cluster_to_ours_and_back_under_writes() {
     let dir = tmp();
-    let e35 = etcd35();
+    let e35 = support::etcd35();
     let e35 = e35.as_str();
     let mut c = start_mixed(dir.path(), &[e35, e35, e35], FAST);
     wait_cluster_version(&c.nodes[0], "3.5.0");
@@ -701,7 +690,7 @@ fn etcd_34_ours_and_etcd_35_form_one_cluster_over_peer_tls() {
         m.listen_peer = m.listen_peer.replace("http://", "https://");
         m.advertise_peer = m.advertise_peer.replace("http://", "https://");
     });
-    let e35 = etcd35();
+    let e35 = support::etcd35();
     for (m, bin) in nodes.iter_mut().zip([ETCD, OURS, e35.as_str()]) {
         m.spawn(bin);
     }

@@ -297,17 +297,6 @@ fn health_version_and_metrics() {
     }
 }
 
-/// etcd 3.5 (Debian trixie's etcd-server, which scripts/deps.sh unpacks into /opt/etcd-3.5).
-fn etcd35() -> String {
-    let dir = std::env::var("ETCD35_DIR").unwrap_or_else(|_| "/opt/etcd-3.5".to_string());
-    let bin = format!("{dir}/etcd");
-    assert!(
-        std::path::Path::new(&bin).exists(),
-        "{bin} (etcd 3.5) is missing: run scripts/deps.sh"
-    );
-    bin
-}
-
 /// /livez and /readyz, on the client port and on --listen-metrics-urls, answer as a running
 /// etcd 3.5.16 answers them (etcd 3.4 has neither).
 #[test]
@@ -324,7 +313,7 @@ fn probes_answer_as_a_running_etcd_3_5() {
         (m, metrics)
     };
     let (ours, ours_metrics) = start(OURS, "ours");
-    let (etcd, etcd_metrics) = start(&etcd35(), "etcd35");
+    let (etcd, etcd_metrics) = start(&support::etcd35(), "etcd35");
     assert_probes_match(&ours.client_url, &etcd.client_url);
     assert_probes_match(&ours_metrics, &etcd_metrics);
 }

@@ -163,19 +163,6 @@ fn progress_never_overtakes_an_event_on_a_follower() {
     );
 }
 
-/// etcd 3.5 (Debian trixie's etcd-server, which scripts/deps.sh unpacks into /opt/etcd-3.5):
-/// 3.5.13 and later answer a progress request that comes while a watcher catches up once it
-/// has (3.4.23 drops it).
-fn etcd35() -> String {
-    let dir = std::env::var("ETCD35_DIR").unwrap_or_else(|_| "/opt/etcd-3.5".to_string());
-    let bin = format!("{dir}/etcd");
-    assert!(
-        std::path::Path::new(&bin).exists(),
-        "{bin} (etcd 3.5) is missing: run scripts/deps.sh"
-    );
-    bin
-}
-
 /// Revisions of history (10 keys each) the watcher catches up on.
 const HISTORY_REVS: usize = 300;
 
@@ -285,7 +272,7 @@ fn a_progress_request_waits_for_a_watcher_that_catches_up() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let dir = tempfile::tempdir().expect("temp dir");
     let mut seen = Vec::new();
-    for (name, bin) in [("etcd 3.5", etcd35()), ("ours", OURS.to_string())] {
+    for (name, bin) in [("etcd 3.5", support::etcd35()), ("ours", OURS.to_string())] {
         let m = support::RealEtcd::start_bin(&bin, &dir.path().join(name), "m", &[]);
         seen.push(rt.block_on(progress_while_catching_up(m.client_url.clone())));
     }

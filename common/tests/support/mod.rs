@@ -7,6 +7,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+/// etcd 3.5's server binary (Debian trixie's etcd-server, which scripts/deps.sh unpacks into
+/// /opt/etcd-3.5; ETCD35_DIR moves it): the oracle for what 3.5 added over 3.4.
+pub fn etcd35() -> String {
+    let dir = std::env::var("ETCD35_DIR").unwrap_or_else(|_| "/opt/etcd-3.5".to_string());
+    let bin = format!("{dir}/etcd");
+    assert!(
+        Path::new(&bin).exists(),
+        "{bin} (etcd 3.5) is missing: run scripts/deps.sh"
+    );
+    bin
+}
+
 /// A port that was free a moment ago on 127.0.0.1. It is taken below Linux's ephemeral range
 /// (32768..61000): a port the OS hands out for port 0 can meanwhile become the local port of one
 /// of the many client connections the tests open, and the server meant for it then fails to

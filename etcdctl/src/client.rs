@@ -19,6 +19,10 @@ use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
+/// gRPC's floor for a client's keepalive ping interval, and its default ping timeout.
+const GRPC_MIN_KEEPALIVE_TIME: Duration = Duration::from_secs(10);
+const GRPC_DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
 use crate::error::{CtlError, Result, status_message};
 use crate::global::GlobalArgs;
 
@@ -230,18 +234,30 @@ fn endpoint_for(
         url = format!("http://{rest}");
     }
     let e = Endpoint::from_shared(url)
-        .map_err(|e| CtlError::other(format!("invalid endpoint {ep:?}: {e}")))?;
-    Ok(Dial {
-        endpoint: e
-            .connect_timeout(if g.dial_timeout.is_zero() {
-                g.command_timeout
-            } else {
-                g.dial_timeout
-            })
-            .http2_keep_alive_interval(g.keepalive_time)
-            .keep_alive_timeout(g.keepalive_timeout)
+        .map_err(|e| CtlError::other(format!("invalid endpoint {ep:?}: {e}")))?
+        .connect_timeout(if g.dial_timeout.is_zero() {
+            g.command_timeout
+        } else {
+            g.dial_timeout
+        })
+        .tcp_nodelay(true);
+    // As Go's client: --keepalive-time=0 sends no pings; otherwise gRPC pings at most every
+    // 10 s, and a 0 timeout is its default 20 s (a ping every 0 s, or one given 0 s to be
+    // answered, would have the connection torn down: "http2 error").
+    let endpoint = if g.keepalive_time.is_zero() {
+        e
+    } else {
+        let timeout = if g.keepalive_timeout.is_zero() {
+            GRPC_DEFAULT_KEEPALIVE_TIMEOUT
+        } else {
+            g.keepalive_timeout
+        };
+        e.http2_keep_alive_interval(g.keepalive_time.max(GRPC_MIN_KEEPALIVE_TIME))
+            .keep_alive_timeout(timeout)
             .keep_alive_while_idle(true)
-            .tcp_nodelay(true),
+    };
+    Ok(Dial {
+        endpoint,
         tls: with_tls,
         unix,
     })

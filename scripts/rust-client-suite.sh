@@ -23,7 +23,8 @@ if (exec 3<>/dev/tcp/127.0.0.1/2379) 2>/dev/null; then
   echo "rust-client-suite.sh: port 2379 is taken; the etcd-client tests need it" >&2
   exit 1
 fi
-(cd "$src" && CARGO_TARGET_DIR="$cache/target" cargo test --locked --no-run -q)
+suite() { (cd "$src" && CARGO_TARGET_DIR="$cache/target" cargo test --locked "$@"); }
+suite --no-run -q
 data="$(mktemp -d)"
 pid=""
 stop() { [ -z "$pid" ] || { kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true; }; pid=""; }
@@ -43,8 +44,8 @@ start() {
 start --auth-token-ttl 2
 ETCDCTL_API=3 etcdctl user add root --new-user-password=rootpwd >/dev/null
 ETCDCTL_API=3 etcdctl user grant-role root root >/dev/null
-(cd "$src" && CARGO_TARGET_DIR="$cache/target" cargo test --locked)
+suite
 stop
 start --max-request-bytes 10240
-(cd "$src" && CARGO_TARGET_DIR="$cache/target" cargo test --locked --test client test_get_stream -- --ignored)
+suite --test client test_get_stream -- --ignored
 stop

@@ -168,20 +168,8 @@ fn silent_and_half_sent_connections_are_closed() {
         .map(|sent| {
             let addr = addr.clone();
             std::thread::spawn(move || {
-                let mut s = TcpStream::connect(&addr).expect("connect");
-                s.write_all(sent).expect("send");
-                s.set_read_timeout(Some(Duration::from_secs(60)))
-                    .expect("read timeout");
-                // A close reads as end of stream (or a reset); a timeout means still open.
-                let mut got = Vec::new();
-                match s.read_to_end(&mut got) {
-                    Ok(_) => Ok(got),
-                    Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => Ok(got),
-                    Err(e) => Err(format!(
-                        "{:?} still open after 60 s: {e}",
-                        String::from_utf8_lossy(sent)
-                    )),
-                }
+                cluster_support::until_closed(&addr, sent, Duration::from_secs(60))
+                    .map(|(got, _)| got)
             })
         })
         .collect();

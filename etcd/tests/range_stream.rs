@@ -118,6 +118,28 @@ fn put_op(key: String, value: Vec<u8>) -> RequestOp {
     }
 }
 
+/// Puts keys `key(i)` for i in `keys`, in txns of `per_txn`, key i holding `value_len` bytes
+/// of one letter.
+async fn fill(
+    c: &mut KvClient<Channel>,
+    keys: std::ops::Range<usize>,
+    per_txn: usize,
+    key: impl Fn(usize) -> String,
+    value_len: usize,
+) {
+    for start in keys.clone().step_by(per_txn) {
+        let ops = (start..(start + per_txn).min(keys.end))
+            .map(|i| put_op(key(i), vec![b'a' + (i % 26) as u8; value_len]))
+            .collect();
+        c.txn(TxnRequest {
+            success: ops,
+            ..Default::default()
+        })
+        .await
+        .expect("fill");
+    }
+}
+
 fn req(key: &str, end: &str) -> RangeRequest {
     RangeRequest {
         key: key.as_bytes().to_vec(),
@@ -138,17 +160,7 @@ fn merged_chunks_equal_the_unary_range() {
             .max_decoding_message_size(64 << 20);
         // 5000 keys of 1000 bytes (about 5 MB: several chunks of --max-request-bytes), keys
         // around the prefix, then overwrites and deletes so revisions and versions differ.
-        for batch in 0..KEYS / 100 {
-            let ops = (batch * 100..(batch + 1) * 100)
-                .map(|i| put_op(format!("r/{i:04}"), vec![b'a' + (i % 26) as u8; 1000]))
-                .collect();
-            c.txn(TxnRequest {
-                success: ops,
-                ..Default::default()
-            })
-            .await
-            .expect("fill");
-        }
+        fill(&mut c, 0..KEYS, 100, |i| format!("r/{i:04}"), 1000).await;
         for k in ["q", "r", "r0", "s/1"] {
             c.put(PutRequest {
                 key: k.into(),
@@ -355,22 +367,14 @@ fn one_revision_is_streamed_while_writes_go_on_and_its_compaction_ends_the_strea
             .await
             .expect("connect")
             .max_decoding_message_size(64 << 20);
-        for batch in 0..PINNED_KEYS / 8 {
-            let ops = (batch * 8..(batch + 1) * 8)
-                .map(|i| {
-                    put_op(
-                        format!("p/{i:05}"),
-                        vec![b'a' + (i % 26) as u8; PINNED_VALUE],
-                    )
-                })
-                .collect();
-            c.txn(TxnRequest {
-                success: ops,
-                ..Default::default()
-            })
-            .await
-            .expect("fill");
-        }
+        fill(
+            &mut c,
+            0..PINNED_KEYS,
+            8,
+            |i| format!("p/{i:05}"),
+            PINNED_VALUE,
+        )
+        .await;
         let pinned = c
             .range(RangeRequest {
                 count_only: true,
@@ -531,15 +535,8 @@ fn a_range_of_a_million_keys_streams_in_bounded_memory() {
             loaders.push(tokio::spawn(async move {
                 let mut c = KvClient::connect(url).await.expect("connect");
                 for t in (l..keys.div_ceil(1000)).step_by(4) {
-                    let ops = (t * 1000..((t + 1) * 1000).min(keys))
-                        .map(|i| put_op(format!("h/{i:07}"), vec![b'a' + (i % 26) as u8; HUGE_VALUE]))
-                        .collect();
-                    c.txn(TxnRequest {
-                        success: ops,
-                        ..Default::default()
-                    })
-                    .await
-                    .expect("load");
+                    let txn = t * 1000..((t + 1) * 1000).min(keys);
+                    fill(&mut c, txn, 1000, |i| format!("h/{i:07}"), HUGE_VALUE).await;
                 }
             }));
         }

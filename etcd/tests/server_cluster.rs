@@ -752,6 +752,22 @@ fn terminate(c: &mut Cluster, i: usize) -> String {
     ended(c.nodes[i].stop().expect("the member runs"))
 }
 
+/// How member i ended by itself within 30 s; None (and a SIGTERM) if it still ran.
+fn ends_by_itself(c: &mut Cluster, i: usize) -> Option<String> {
+    let status = c.nodes[i].wait_exit(Duration::from_secs(30)).map(ended);
+    if status.is_none() {
+        terminate(c, i);
+    }
+    status
+}
+
+/// Whether member i logged that it was removed.
+fn says_removed(c: &Cluster, i: usize) -> bool {
+    std::fs::read_to_string(c.nodes[i].log_path())
+        .unwrap_or_default()
+        .contains(REMOVED)
+}
+
 /// The four ways a 3-member cluster's members end: a SIGTERM to a member, a removed member
 /// restarted (it learns of its removal from its peers), a member removed while it runs, and
 /// a restart on a data dir that applied its own removal.
@@ -765,29 +781,18 @@ fn how_members_end(bin: &str, dir: &std::path::Path) -> Vec<String> {
     let mut seen = vec![format!("SIGTERM: {}", terminate(&mut c, 2))];
     remove_member(&c.nodes[0], &id3);
     c.nodes[2].spawn(bin);
-    let restarted = c.nodes[2].wait_exit(Duration::from_secs(30)).map(ended);
-    if restarted.is_none() {
-        terminate(&mut c, 2);
-    }
+    let restarted = ends_by_itself(&mut c, 2);
     seen.push(format!("removed while down, restarted: {restarted:?}"));
     remove_member(&c.nodes[0], &id2);
     // A member removed while it runs stops by itself. A SIGTERM while it is stopping races
     // its own exit in etcd 3.4 too (CI saw both 0 and signal 15), so none is sent until then.
-    let live = c.nodes[1].wait_exit(Duration::from_secs(30)).map(ended);
-    if live.is_none() {
-        terminate(&mut c, 1);
-    }
+    let live = ends_by_itself(&mut c, 1);
     seen.push(format!("removed while it runs: {live:?}"));
-    let log = std::fs::read_to_string(c.nodes[1].log_path()).unwrap_or_default();
-    seen.push(format!("m2 says it was removed: {}", log.contains(REMOVED)));
+    seen.push(format!("m2 says it was removed: {}", says_removed(&c, 1)));
     c.nodes[1].spawn(bin);
-    let again = c.nodes[1].wait_exit(Duration::from_secs(30)).map(ended);
-    if again.is_none() {
-        terminate(&mut c, 1);
-    }
+    let again = ends_by_itself(&mut c, 1);
     seen.push(format!("restarted on its removed data dir: {again:?}"));
-    let log = std::fs::read_to_string(c.nodes[2].log_path()).unwrap_or_default();
-    seen.push(format!("m3 says it was removed: {}", log.contains(REMOVED)));
+    seen.push(format!("m3 says it was removed: {}", says_removed(&c, 2)));
     terminate(&mut c, 0);
     seen
 }

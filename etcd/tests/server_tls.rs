@@ -485,23 +485,7 @@ fn stalled_tls_handshakes_are_dropped() {
         .map(|sent| {
             let addr = addr.clone();
             std::thread::spawn(move || {
-                let started = Instant::now();
-                let mut s = std::net::TcpStream::connect(&addr).expect("connect");
-                s.write_all(sent).expect("send");
-                s.set_read_timeout(Some(Duration::from_secs(60)))
-                    .expect("read timeout");
-                // A close reads as end of stream (or a reset); a timeout means still open.
-                let mut got = Vec::new();
-                match s.read_to_end(&mut got) {
-                    Ok(_) => Ok((got, started.elapsed())),
-                    Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
-                        Ok((got, started.elapsed()))
-                    }
-                    Err(e) => Err(format!(
-                        "{} bytes sent: still open after 60 s: {e}",
-                        sent.len()
-                    )),
-                }
+                cluster_support::until_closed(&addr, sent, Duration::from_secs(60))
             })
         })
         .collect();

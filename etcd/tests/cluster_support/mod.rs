@@ -853,3 +853,27 @@ pub fn downgrade(
         .map(|r| r.into_inner())
     })
 }
+
+/// Connects to `addr`, sends `sent`, and reads until the server closes the connection: what
+/// came back and how long the server kept it open; an error naming `sent` if it is still
+/// open after `within` (a reset counts as a close).
+pub fn until_closed(
+    addr: &str,
+    sent: &[u8],
+    within: Duration,
+) -> Result<(Vec<u8>, Duration), String> {
+    let started = Instant::now();
+    let mut s = TcpStream::connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
+    s.write_all(sent).map_err(|e| format!("send: {e}"))?;
+    s.set_read_timeout(Some(within))
+        .map_err(|e| format!("read timeout: {e}"))?;
+    let mut got = Vec::new();
+    match s.read_to_end(&mut got) {
+        Ok(_) => Ok((got, started.elapsed())),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => Ok((got, started.elapsed())),
+        Err(e) => Err(format!(
+            "{:?} still open after {within:?}: {e}",
+            String::from_utf8_lossy(sent)
+        )),
+    }
+}

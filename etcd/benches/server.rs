@@ -13,6 +13,7 @@
 // BENCH_WATCHERS=1000, BENCH_WATCH_KEYS=100, BENCH_WATCH_PUTS=8000, BENCH_WATCHERS_PER_STREAM=1,
 // BENCH_COMPACT_REVS=100000 (1000000 for the million). BENCH_ONLY=etcd|ours runs one
 // server; BENCH_WORKLOADS=keys,put1,put64,txn,range,prefix,watch,progress,db,compact picks workloads.
+// BENCH_FLAGS="--unsafe-no-fsync ..." adds flags to both servers' command lines.
 // Quick mode: BENCH_SECS=2 BENCH_KEYS=20000 BENCH_COMPACT_REVS=20000 scripts/bench.sh server
 
 #[path = "../../common/tests/support/mod.rs"]
@@ -25,10 +26,14 @@ fn main() {
     let cfg = load::Config::from_env();
     let tmp = tempfile::tempdir().expect("temp dir");
     let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
+    // BENCH_FLAGS: extra flags for both servers (e.g. "--unsafe-no-fsync" to see what a put
+    // costs besides the disk).
+    let flags = std::env::var("BENCH_FLAGS").unwrap_or_default();
+    let flags: Vec<&str> = flags.split_whitespace().collect();
     // The test support starts a server on free ports and waits until it is healthy.
     let servers = load::SERVERS.map(|(name, bin)| {
         cfg.runs(name)
-            .then(|| support::RealEtcd::start_bin(bin, &tmp.path().join(name), "bench", &[]))
+            .then(|| support::RealEtcd::start_bin(bin, &tmp.path().join(name), "bench", &flags))
     });
     let targets = std::array::from_fn(|i| {
         let s = servers[i].as_ref()?;

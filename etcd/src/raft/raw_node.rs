@@ -48,17 +48,19 @@ struct ReadyRecord {
 /// 2. Persist `entries` and `hard_state` (when set) — with an fsync if `must_sync` — and
 ///    append `entries` to the storage (`MemStorage::append`, `set_hard_state`). Entries may
 ///    replace a suffix already stored; the append truncates it.
-/// 3. Send `messages`. A follower or candidate must send only after step 2 (its messages
-///    promise what is on disk: votes, acknowledgements). A leader may send them in parallel
-///    with step 2 (thesis §10.2.1), because it only counts its own log toward a commit in a
-///    later Ready, which it takes after calling `advance`. When the transport has sent (or
+/// 3. Send `messages`. Acknowledgements and votes (`MsgAppResp`, `MsgVoteResp`,
+///    `MsgPreVoteResp`) promise what is on disk: send them only after step 2. When the Ready
+///    changes neither term nor vote, the others may go in parallel with step 2: a leader's
+///    appends (thesis §10.2.1: it only counts its own log toward a commit in a later Ready,
+///    which it takes after calling `advance`), a follower's forwarded proposals and reads. When the transport has sent (or
 ///    failed to send) a `MsgSnap`, call [`RawNode::report_snapshot`]; when a peer cannot be
 ///    reached, [`RawNode::report_unreachable`]. A server sending `MsgSnap` should build the
 ///    snapshot as of its current applied index and membership (as etcd's merged snapshot
 ///    message does): a follower refuses a snapshot whose membership does not include it,
 ///    which an older stored snapshot may not for a newly added member.
-/// 4. Apply `committed_entries` in order (they may include entries from step 2, which are
-///    durable by now). For `EntryConfChange` entries call [`RawNode::apply_conf_change`].
+/// 4. Apply `committed_entries` in order. Those before this Ready's `entries` are durable
+///    already and may be applied in parallel with step 2; the others (entries of step 2)
+///    only once step 2 is done. For `EntryConfChange` entries call [`RawNode::apply_conf_change`].
 /// 5. Serve `read_states`: a read with `index` may be answered once the applied index
 ///    reaches it.
 /// 6. Call `advance(ready)`.

@@ -260,17 +260,42 @@ impl RaftLoop {
             self.shared
                 .set_leader(ss.leader_id, ss.raft_state == StateRole::Leader);
         }
-        // A leader sends its appends while it writes its own copy (thesis §10.2.1): it counts
-        // its own log toward a commit only when it steps a follower's answer, which happens
-        // after this Ready is persisted. Not when this Ready changes term or vote: those
-        // must be on disk before anyone hears of them.
+        // What promises nothing about this member's disk goes out before the fsync: a
+        // leader's appends, sent while it writes its own copy (thesis §10.2.1: it counts its
+        // own log toward a commit only in a later Ready, taken after this one is persisted),
+        // and a follower's forwarded proposals, read requests and heartbeat answers. Acks and
+        // votes promise what is on disk, so they wait for it; and nothing goes early when this
+        // Ready changes term or vote, which must be on disk before anyone hears of them.
         let persisted = self.node.storage().hard_state();
-        let send_first = self.node.role() == StateRole::Leader
-            && rd
-                .hard_state
-                .is_none_or(|hs| hs.term == persisted.term && hs.vote == persisted.vote);
-        if send_first {
-            self.send(std::mem::take(&mut rd.messages))?;
+        let keeps_term_and_vote = rd
+            .hard_state
+            .is_none_or(|hs| hs.term == persisted.term && hs.vote == persisted.vote);
+        // A leader alone among voters commits what it appends in the same Ready: its appends
+        // would then tell learners of a commit a crash could still take back.
+        let first_new = rd.entries.first().map_or(u64::MAX, |e| e.index);
+        let commits_unwritten = rd.hard_state.is_some_and(|hs| hs.commit >= first_new);
+        if keeps_term_and_vote && !commits_unwritten {
+            let (later, now): (Vec<Message>, Vec<Message>) = std::mem::take(&mut rd.messages)
+                .into_iter()
+                .partition(promises_disk_state);
+            rd.messages = later;
+            self.send(now)?;
+        }
+        // Committed entries this member already has on disk (every entry before this Ready's
+        // new ones: each earlier Ready was fsynced before the next) are applied while the new
+        // ones are written, as etcd applies while it saves: a client waits for its entry's
+        // commit, not for the next batch's fsync. Read states need no disk either. With a
+        // snapshot to install, everything waits for it.
+        if rd.snapshot.is_none() {
+            let on_disk = rd
+                .committed_entries
+                .iter()
+                .position(|e| e.index >= first_new)
+                .unwrap_or(rd.committed_entries.len());
+            let early: Vec<Entry> = rd.committed_entries.drain(..on_disk).collect();
+            self.hand_committed(early)?;
+            answer_reads(&rd.read_states, in_flight);
+            rd.read_states.clear();
         }
         if let Some(snap) = &rd.snapshot {
             self.save_received_snapshot(snap)?;
@@ -295,16 +320,7 @@ impl RaftLoop {
         // once persisted.
         self.send(std::mem::take(&mut rd.messages))?;
         self.hand_committed(std::mem::take(&mut rd.committed_entries))?;
-        for rs in &rd.read_states {
-            if let Some((seq, _)) = in_flight
-                && rs.request_ctx == seq.to_be_bytes()
-                && let Some((_, txs)) = in_flight.take()
-            {
-                for tx in txs {
-                    let _ = tx.send(Ok(rs.index));
-                }
-            }
-        }
+        answer_reads(&rd.read_states, in_flight);
         self.node.advance(rd);
         Ok(())
     }
@@ -382,6 +398,29 @@ impl RaftLoop {
         tracing::info!(snapshot_index = index, term = md.term, "saved snapshot");
         let _ = self.purge_tx.try_send(());
         Ok(())
+    }
+}
+
+/// Whether a message vouches for this member's log or vote, and so may only leave once what
+/// it vouches for is on disk (etcd's raft holds back the same three).
+fn promises_disk_state(m: &Message) -> bool {
+    matches!(
+        MessageType::try_from(m.r#type),
+        Ok(MessageType::MsgAppResp | MessageType::MsgVoteResp | MessageType::MsgPreVoteResp)
+    )
+}
+
+/// Answers the reads of the round in flight when raft says what index they wait for.
+fn answer_reads(read_states: &[crate::raft::ReadState], in_flight: &mut ReadRound) {
+    for rs in read_states {
+        if let Some((seq, _)) = in_flight
+            && rs.request_ctx == seq.to_be_bytes()
+            && let Some((_, txs)) = in_flight.take()
+        {
+            for tx in txs {
+                let _ = tx.send(Ok(rs.index));
+            }
+        }
     }
 }
 

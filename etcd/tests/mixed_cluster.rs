@@ -346,6 +346,26 @@ fn snapshots_both_ways(etcd: &str) {
     assert_hash_equal(&c.nodes.iter().collect::<Vec<_>>());
 }
 
+/// A membership change (`member add`/`remove`/`promote`...) through etcdctl on `via`, retried
+/// while etcd refuses it because a voter has not been connected for 5 s yet ("unhealthy
+/// cluster", as after a start, a restart or a leader move); its output.
+fn member_change(via: &Node, args: &[&str]) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = via.etcdctl(args);
+        if out.status.success() {
+            return String::from_utf8_lossy(&out.stdout).into_owned();
+        }
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("unhealthy cluster") && Instant::now() < deadline,
+            "{args:?} on {} failed: {err}",
+            via.name
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
 /// `member add` on `via`, then the new member started with the settings etcdctl printed;
 /// returns its ID (hex).
 fn add_member(c: &Cluster, via: usize, new: &mut Node, bin: &str, learner: bool) -> String {
@@ -354,22 +374,7 @@ fn add_member(c: &Cluster, via: usize, new: &mut Node, bin: &str, learner: bool)
     if learner {
         args.push("--learner");
     }
-    // etcd refuses a member change until every voter has been connected for 5 s
-    // ("unhealthy cluster"), as after a start or a restart.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let added = loop {
-        let out = c.nodes[via].etcdctl(&args);
-        if out.status.success() {
-            break String::from_utf8_lossy(&out.stdout).into_owned();
-        }
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            err.contains("unhealthy cluster") && Instant::now() < deadline,
-            "member add failed: {err}"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    };
-    let added = cluster_support::parse_member_add(&added);
+    let added = cluster_support::parse_member_add(&member_change(&c.nodes[via], &args));
     new.initial_cluster = added.initial_cluster;
     new.state = "existing";
     new.extra = FAST.iter().map(|s| s.to_string()).collect();
@@ -984,20 +989,7 @@ fn after_downgrade_enable_etcd_34_members_join_lead_and_replace_ours() {
 
     // One of ours leaves; the other two are swapped to etcd 3.4 on their data dirs.
     let id3 = c.member_id_hex("m3");
-    // etcd refuses a member change until every voter has been connected for 5 s.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let out = c.nodes[3].etcdctl(&["member", "remove", &id3]);
-        if out.status.success() {
-            break;
-        }
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            err.contains("unhealthy cluster") && Instant::now() < deadline,
-            "member remove failed: {err}"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    member_change(&c.nodes[3], &["member", "remove", &id3]);
     let deadline = Instant::now() + Duration::from_secs(15);
     while c.nodes[2].exited().is_none() {
         assert!(Instant::now() < deadline, "the removed member did not stop");
@@ -1021,4 +1013,231 @@ fn after_downgrade_enable_etcd_34_members_join_lead_and_replace_ours() {
         );
     }
     assert_hash_equal(&c.nodes.iter().collect::<Vec<_>>());
+}
+
+/// Waits up to `within` for `m`'s log to hold `needle`.
+fn wait_log(m: &Node, needle: &str, within: Duration) {
+    let deadline = Instant::now() + within;
+    while !log_has(m, needle) {
+        assert!(
+            Instant::now() < deadline,
+            "{} never logged {needle}; log ends:\n{}",
+            m.name,
+            m.log_tail(20)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// `member promote` on `via` fails with `want` in its error.
+fn promote_refused(via: &Node, id: &str, want: &str) {
+    let out = via.etcdctl(&["member", "promote", id]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains(want),
+        "{}: {err}",
+        via.name
+    );
+}
+
+/// A follower of either kind forwards `member promote` to a leader of the other kind
+/// (`POST /members/promote/<id>` on its peer URL): the leader's refusals come back to the
+/// client as etcd's errors, and a learner in sync is promoted.
+#[test]
+fn promotions_are_forwarded_from_etcd_34_to_our_leader_and_from_ours_to_an_etcd_leader() {
+    let dir = tmp();
+    let mut c = start_mixed(dir.path(), &[ETCD, ETCD, OURS], FAST);
+    let writer = Writer::start_many(
+        c.nodes.iter().map(|m| m.client_url.clone()).collect(),
+        "w/",
+        4,
+    );
+    // (leader, follower that forwards, kind of learner that joins)
+    for (leader, via, name, bin) in [(2, 0, "m4", ETCD), (0, 2, "m5", OURS)] {
+        move_leader(&c, leader);
+        // A learner that never started is not in sync; a voter is no learner.
+        let url = format!("http://127.0.0.1:{}", support::free_port());
+        let out = member_change(
+            &c.nodes[via],
+            &[
+                "member",
+                "add",
+                "idle",
+                "--learner",
+                &format!("--peer-urls={url}"),
+            ],
+        );
+        let idle = cluster_support::parse_member_add(&out).id;
+        promote_refused(
+            &c.nodes[via],
+            &idle,
+            "etcdserver: can only promote a learner member which is in sync with leader",
+        );
+        let voter = c.member_id_hex(&c.nodes[leader].name);
+        promote_refused(
+            &c.nodes[via],
+            &voter,
+            "etcdserver: can only promote a learner member",
+        );
+        member_change(&c.nodes[via], &["member", "remove", &idle]);
+
+        let mut m = Node::new_for_join(dir.path(), name);
+        add_member(&c, via, &mut m, bin, true);
+        c.nodes[leader].etcdctl_ok(&["put", &format!("before-{name}"), "x"]);
+        m.wait_local(&format!("before-{name}"), "x", Duration::from_secs(30));
+        promote(&c, via, name);
+        c.nodes.push(m);
+        assert_eq!(
+            c.leader(Duration::from_secs(10)),
+            leader,
+            "the leader changed"
+        );
+    }
+    let list = wait_same_member_lists(&c);
+    assert_eq!(list.len(), 5, "{list:#?}");
+    assert!(
+        list.iter().all(|l| l.ends_with(", false")),
+        "a learner is left: {list:#?}"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    finish_writes(writer, &c.nodes);
+    assert_hash_equal(&c.nodes.iter().collect::<Vec<_>>());
+}
+
+/// The flags of the corruption-check tests: a check every second, zap logs for etcd.
+fn corrupt_check_flags() -> Vec<&'static str> {
+    FAST.iter()
+        .copied()
+        .chain(["--logger", "zap", "--experimental-corrupt-check-time", "1s"])
+        .collect()
+}
+
+/// Each kind's leader checks the other kind's hashes (`GET /members/hashkv` every second)
+/// and both pass while the data is equal. Then our member, changed behind raft's back, is
+/// refused at start by its initial check (which asks the etcd members) and, started without
+/// it, is caught by the etcd leader's periodic check: CORRUPT is raised for the cluster, with
+/// member ID 0 as etcd raises it, and writes are refused on every member.
+#[test]
+fn etcd_34_and_our_leaders_check_each_others_hashes_and_catch_our_corrupt_member() {
+    let dir = tmp();
+    let flags = corrupt_check_flags();
+    let mut c = start_mixed(dir.path(), &[ETCD, ETCD, OURS], &flags);
+    for i in 0..10 {
+        c.nodes[i % 3].etcdctl_ok(&["put", &format!("k{i}"), "v"]);
+    }
+    // etcd leads: it checks both peers, ours among them, every second.
+    move_leader(&c, 0);
+    wait_log(
+        &c.nodes[0],
+        "\"msg\":\"finished peer corruption check\",\"number-of-peers-checked\":2",
+        Duration::from_secs(10),
+    );
+    // Ours leads: it checks both etcd members.
+    move_leader(&c, 2);
+    wait_log(
+        &c.nodes[2],
+        "\"msg\":\"finished peer corruption check\",\"number_of_peers_checked\":2",
+        Duration::from_secs(10),
+    );
+    for m in &c.nodes {
+        assert_eq!(m.etcdctl_ok(&["alarm", "list"]), "", "{}", m.name);
+        assert!(!log_has(m, "hashes must match"), "{}", m.name);
+    }
+
+    // Our member's data changed behind raft's back: its initial check asks the etcd members,
+    // finds their hashes differ and refuses to start.
+    c.nodes[2].stop();
+    cluster_support::corrupt_newest_value(&c.nodes[2]);
+    move_leader(&c, 0);
+    c.nodes[2]
+        .extra
+        .push("--experimental-initial-corrupt-check".into());
+    c.nodes[2].spawn(OURS);
+    let st = c.nodes[2].wait_exit(Duration::from_secs(30));
+    assert!(st.is_some_and(|s| !s.success()), "{st:?}");
+    let ids = c.member_ids_hex(&["m1", "m2"]);
+    for id in &ids {
+        assert!(
+            log_has(&c.nodes[2], &format!("\"remote_peer_id\":\"{id}\"")),
+            "ours did not compare with {id}; log ends:\n{}",
+            c.nodes[2].log_tail(10)
+        );
+    }
+    assert!(log_has(&c.nodes[2], "found data inconsistency with peers"));
+
+    // Started without it, the etcd leader's periodic check catches it.
+    c.nodes[2].extra.pop();
+    c.nodes[2].spawn(OURS);
+    let ours = c.member_id_hex("m3");
+    wait_log(
+        &c.nodes[0],
+        &format!("\"follower-peer-id\":\"{ours}\""),
+        Duration::from_secs(20),
+    );
+    assert!(log_has(
+        &c.nodes[0],
+        "same compact revision then hashes must match"
+    ));
+    for m in &c.nodes {
+        assert_eq!(
+            m.etcdctl_ok(&["alarm", "list"]),
+            "alarm:CORRUPT \n",
+            "{}",
+            m.name
+        );
+        let out = m.etcdctl(&["put", "after", "x"]);
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("etcdserver: corrupt cluster"),
+            "{}: {}",
+            m.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// The reverse: an etcd 3.4 member changed behind raft's back is caught by our leader's
+/// periodic check, and the etcd members apply the CORRUPT alarm our leader raises exactly as
+/// they apply their own (member ID 0, writes refused).
+#[test]
+fn our_leader_catches_a_corrupt_etcd_34_member() {
+    let dir = tmp();
+    let mut c = start_mixed(dir.path(), &[ETCD, ETCD, OURS], &corrupt_check_flags());
+    for i in 0..10 {
+        c.nodes[i % 3].etcdctl_ok(&["put", &format!("k{i}"), "v"]);
+    }
+    c.nodes[1].wait_local("k9", "v", Duration::from_secs(10));
+    move_leader(&c, 2);
+    let corrupt = c.member_id_hex("m2");
+    c.nodes[1].stop();
+    cluster_support::corrupt_newest_value(&c.nodes[1]);
+    c.nodes[1].spawn(ETCD);
+    wait_log(
+        &c.nodes[2],
+        &format!("\"follower_peer_id\":\"{corrupt}\""),
+        Duration::from_secs(30),
+    );
+    assert!(log_has(
+        &c.nodes[2],
+        "same compact revision then hashes must match"
+    ));
+    for m in &c.nodes {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while m.etcdctl_ok(&["alarm", "list"]).is_empty() {
+            assert!(Instant::now() < deadline, "{} has no alarm", m.name);
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        assert_eq!(
+            m.etcdctl_ok(&["alarm", "list"]),
+            "alarm:CORRUPT \n",
+            "{}",
+            m.name
+        );
+        let out = m.etcdctl(&["put", "after", "x"]);
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("etcdserver: corrupt cluster"),
+            "{}: {}",
+            m.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }

@@ -877,3 +877,22 @@ pub fn until_closed(
         )),
     }
 }
+
+/// Changes the value of the newest revision in stopped member `m`'s db, behind raft's back:
+/// its HashKV then differs from its peers' at that revision and after.
+pub fn corrupt_newest_value(m: &Node) {
+    use common::backend::{Db, ReadTxn, buckets};
+    use prost::Message;
+    let db = Db::open(m.data_dir.join("member/snap/db")).expect("open the member's db");
+    let (k, v) = {
+        let tx = db.begin_read();
+        let mut c = tx.cursor(buckets::KEY).expect("key bucket");
+        let (k, v) = c.last().expect("read").expect("a revision");
+        (k.to_vec(), v.to_vec())
+    };
+    let mut kv = proto::mvccpb::KeyValue::decode(v.as_slice()).expect("a key-value");
+    kv.value = b"corrupted".to_vec();
+    let mut tx = db.begin_write().expect("write tx");
+    tx.put(buckets::KEY, &k, &kv.encode_to_vec()).expect("put");
+    tx.commit().expect("commit");
+}

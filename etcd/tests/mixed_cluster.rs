@@ -1241,3 +1241,220 @@ fn our_leader_catches_a_corrupt_etcd_34_member() {
         );
     }
 }
+
+/// The membership buckets of a stopped member's db (`members`, `members_removed`, `cluster`),
+/// every key and value as bytes (shown as text: they are JSON, hex IDs and versions); a
+/// bucket the db lacks is listed as absent.
+fn membership_buckets(m: &Node) -> Vec<String> {
+    use common::backend::{Db, ReadTxn, buckets};
+    let db = Db::open_read_only(m.data_dir.join("member/snap/db"))
+        .unwrap_or_else(|e| panic!("open {}'s db: {e}", m.name));
+    let tx = db.begin_read();
+    let mut out = Vec::new();
+    for b in [buckets::MEMBERS, buckets::MEMBERS_REMOVED, buckets::CLUSTER] {
+        let name = String::from_utf8_lossy(b);
+        let Ok(mut c) = tx.cursor(b) else {
+            out.push(format!("{name}: absent"));
+            continue;
+        };
+        let mut e = c.first().expect("read");
+        while let Some((k, v)) = e {
+            out.push(format!(
+                "{name}: {:?} = {:?}",
+                String::from_utf8_lossy(k),
+                String::from_utf8_lossy(v)
+            ));
+            e = c.next().expect("read");
+        }
+    }
+    out
+}
+
+/// Stops `nodes` (SIGTERM, one at a time) and reads their membership buckets.
+fn stop_and_read_buckets(nodes: &mut [&mut Node]) -> Vec<Vec<String>> {
+    for m in nodes.iter_mut() {
+        m.stop();
+    }
+    nodes.iter().map(|m| membership_buckets(m)).collect()
+}
+
+/// What etcd 3.5.16 holds in its `members` bucket for member `m` (decimal `id`): the record
+/// written when it was added (its ID, first peer URL and, for a member of the initial
+/// cluster, its name). etcd 3.5 fails to save a member that already exists, so neither the
+/// attributes a member publishes (clientURLs) nor `member update` reach the bucket: seen in
+/// all-3.5 clusters too, and reported as etcd-io/etcd#13659 ("the member bucket seems never
+/// store Attributes", 3.5.0).
+fn etcd35_member_record(m: &Node, id: u64) -> String {
+    format!(
+        "members: \"{id:x}\" = {:?}",
+        format!(
+            "{{\"id\":{id},\"peerURLs\":[\"{}\"],\"name\":\"{}\"}}",
+            m.advertise_peer, m.name
+        )
+    )
+}
+
+/// Asserts etcd 3.5's buckets (`e35`) are ours (`ours`) with each member of `names` (with
+/// hex IDs `ids`) as etcd 3.5 writes it.
+fn assert_etcd35_buckets(
+    e35: &[String],
+    ours: &[String],
+    c: &Cluster,
+    names: &[&str],
+    ids: &[String],
+) {
+    let want: Vec<String> = ours
+        .iter()
+        .map(|row| {
+            let Some(i) = ids
+                .iter()
+                .position(|id| row.starts_with(&format!("members: \"{id}\"")))
+            else {
+                return row.clone();
+            };
+            let m = c
+                .nodes
+                .iter()
+                .find(|m| m.name == names[i])
+                .expect("a member");
+            etcd35_member_record(m, u64::from_str_radix(&ids[i], 16).expect("hex ID"))
+        })
+        .collect();
+    assert_eq!(
+        e35,
+        want.as_slice(),
+        "etcd 3.5's buckets, then what it should hold"
+    );
+}
+
+/// etcd 3.4, etcd 3.5 and ours write the same bytes into the db's membership buckets: after a
+/// learner of ours joins through an etcd follower and is promoted, an etcd member's peer URLs
+/// are updated and a member is removed, the four members' `members`, `members_removed` and
+/// `cluster` buckets are equal key by key and byte by byte; then, with ours leading, the etcd
+/// 3.4 members are removed, the cluster version rises to 3.5, and the etcd 3.5 member and ours
+/// again hold the same bytes.
+#[test]
+fn etcd_34_etcd_35_and_ours_write_the_same_membership_buckets() {
+    let dir = tmp();
+    let e35 = support::etcd35();
+    let mut c = start_mixed(dir.path(), &[ETCD, ETCD, OURS, &e35], FAST);
+    for m in &c.nodes {
+        wait_cluster_version(m, "3.4.0");
+    }
+    // A learner of ours joins and is promoted, both through an etcd 3.4 follower.
+    move_leader(&c, 3);
+    let mut m5 = Node::new_for_join(dir.path(), "m5");
+    let id5 = add_member(&c, 0, &mut m5, OURS, true);
+    c.nodes[3].etcdctl_ok(&["put", "before-m5", "x"]);
+    m5.wait_local("before-m5", "x", Duration::from_secs(30));
+    promote(&c, 0, "m5");
+    c.nodes.push(m5);
+    // m2 (etcd 3.4) gets a second peer URL: a proxy to the same port.
+    let port: u16 = c.nodes[1]
+        .listen_peer
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("m2's peer port");
+    let proxy = cluster_support::Proxy::start(port);
+    let urls = format!(
+        "--peer-urls={},http://127.0.0.1:{}",
+        c.nodes[1].advertise_peer, proxy.port
+    );
+    let id2 = c.member_id_hex("m2");
+    member_change(&c.nodes[2], &["member", "update", &id2, &urls]);
+    // m5 is removed through ours and stops.
+    member_change(&c.nodes[2], &["member", "remove", &id5]);
+    assert!(c.nodes[4].wait_exit(Duration::from_secs(20)).is_some());
+    c.nodes[0].etcdctl_ok(&["put", "after-changes", "x"]);
+    for m in &c.nodes[..4] {
+        m.wait_local("after-changes", "x", Duration::from_secs(10));
+    }
+    // Names and IDs are read before the members stop.
+    let names = ["m1", "m2", "m3", "m4"];
+    let ids = c.member_ids_hex(&names);
+    let (first, rest) = c.nodes.split_at_mut(1);
+    let mut four: Vec<&mut Node> = vec![&mut first[0]];
+    four.extend(rest.iter_mut().take(3));
+    let b = stop_and_read_buckets(&mut four);
+    // etcd 3.4's two members and ours: the same bytes.
+    assert_eq!(b[1], b[0], "m2 (etcd 3.4), then m1 (etcd 3.4)");
+    assert_eq!(b[2], b[0], "m3 (ours), then m1 (etcd 3.4)");
+    let rows = &b[0];
+    assert!(
+        rows.contains(&"cluster: \"clusterVersion\" = \"3.4.0\"".to_string()),
+        "{rows:#?}"
+    );
+    assert!(
+        rows.contains(&format!("members_removed: \"{id5}\" = \"removed\"")),
+        "{rows:#?}"
+    );
+    // m2's record as etcd 3.4 writes it: both URLs, its name and client URLs.
+    let dec2 = u64::from_str_radix(&ids[1], 16).expect("hex ID");
+    let m2 = format!(
+        "{{\"id\":{dec2},\"peerURLs\":[\"{}\",\"http://127.0.0.1:{}\"],\"name\":\"m2\",\"clientURLs\":[\"{}\"]}}",
+        c.nodes[1].advertise_peer, proxy.port, c.nodes[1].client_url
+    );
+    assert!(
+        rows.contains(&format!("members: \"{dec2:x}\" = {m2:?}")),
+        "{rows:#?}"
+    );
+    assert_etcd35_buckets(&b[3], &b[0], &c, &names, &ids);
+
+    // Again, with ours leading: the etcd 3.4 members leave and the version rises to 3.5.
+    for (i, bin) in [ETCD, ETCD, OURS, e35.as_str()].into_iter().enumerate() {
+        c.nodes[i].spawn(bin);
+    }
+    for m in &mut c.nodes[..4] {
+        m.wait_healthy(Duration::from_secs(30));
+    }
+    move_leader(&c, 2);
+    for id in c.member_ids_hex(&["m1", "m2"]) {
+        member_change(&c.nodes[2], &["member", "remove", &id]);
+    }
+    for i in [0, 1] {
+        assert!(c.nodes[i].wait_exit(Duration::from_secs(20)).is_some());
+    }
+    for i in [2, 3] {
+        wait_cluster_version(&c.nodes[i], "3.5.0");
+    }
+    // At 3.5, each member publishes its attributes again as it restarts, and m4 gets a second
+    // peer URL.
+    for (i, bin) in [(3, e35.as_str()), (2, OURS)] {
+        c.nodes[i].stop();
+        c.nodes[i].spawn(bin);
+        c.nodes[i].wait_healthy(Duration::from_secs(30));
+    }
+    let port4: u16 = c.nodes[3]
+        .listen_peer
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("m4's peer port");
+    let proxy4 = cluster_support::Proxy::start(port4);
+    let urls4 = format!(
+        "--peer-urls={},http://127.0.0.1:{}",
+        c.nodes[3].advertise_peer, proxy4.port
+    );
+    let id4 = c.member_id_hex("m4");
+    member_change(&c.nodes[2], &["member", "update", &id4, &urls4]);
+    c.nodes[2].etcdctl_ok(&["put", "at-3.5", "x"]);
+    c.nodes[3].wait_local("at-3.5", "x", Duration::from_secs(10));
+    let names = ["m3", "m4"];
+    let ids = c.member_ids_hex(&names);
+    let (a, rest) = c.nodes.split_at_mut(3);
+    let b = stop_and_read_buckets(&mut [&mut a[2], &mut rest[0]]);
+    let rows = &b[0];
+    assert!(
+        rows.contains(&"cluster: \"clusterVersion\" = \"3.5.0\"".to_string()),
+        "{rows:#?}"
+    );
+    assert_eq!(
+        rows.iter()
+            .filter(|r| r.starts_with("members_removed: "))
+            .count(),
+        3,
+        "{rows:#?}"
+    );
+    assert_etcd35_buckets(&b[1], &b[0], &c, &names, &ids);
+}

@@ -1,6 +1,8 @@
 // Clusters of real etcd 3.4 and 3.5 members (Debian's etcd-server) and ours, speaking etcd's
 // peer protocol, plain and TLS: both kinds lead, snapshots go both ways, members join each
-// other, rolling swaps, and the way back from ours to etcd 3.4 through etcd 3.5's Downgrade.
+// other as learners and voters, promotions are forwarded, corruption checks span both kinds,
+// followers of both kinds survive kill -9, the membership buckets match byte for byte, rolling
+// swaps, and the way back from ours to etcd 3.4 through etcd 3.5's Downgrade.
 
 #[path = "../../common/tests/support/mod.rs"]
 mod support;
@@ -1457,4 +1459,108 @@ fn etcd_34_etcd_35_and_ours_write_the_same_membership_buckets() {
         "{rows:#?}"
     );
     assert_etcd35_buckets(&b[1], &b[0], &c, &names, &ids);
+}
+
+/// kill -9 of follower `i` (asserted not to lead) while the writer runs, a pause with the
+/// member down, and its restart with `bin` on the same data dir.
+fn kill_follower(c: &mut Cluster, i: usize, bin: &str) {
+    let leader = c.leader(Duration::from_secs(10));
+    assert_ne!(leader, i, "{} leads: not a follower", c.nodes[i].name);
+    c.nodes[i].kill9();
+    // The others go on without it for a moment (the writer keeps writing).
+    std::thread::sleep(Duration::from_millis(700));
+    c.nodes[i].spawn(bin);
+    c.nodes[i].wait_healthy(Duration::from_secs(30));
+}
+
+/// The index of a running member of `c` that runs `bin` (by `bins`) and does not lead.
+fn follower_of(c: &Cluster, bins: &[&str], bin: &str) -> usize {
+    let leader = c.leader(Duration::from_secs(10));
+    (0..c.nodes.len())
+        .find(|&i| i != leader && bins[i] == bin && c.nodes[i].child.is_some())
+        .unwrap_or_else(|| panic!("no follower runs {bin}"))
+}
+
+/// Adds a voter (`member add` without `--learner`) through `via` and waits until it serves.
+fn add_voter(c: &mut Cluster, via: usize, name: &str, bin: &str, dir: &std::path::Path) {
+    let mut m = Node::new_for_join(dir, name);
+    add_member(c, via, &mut m, bin, false);
+    m.wait_healthy(Duration::from_secs(30));
+    c.nodes.push(m);
+    let list = wait_same_member_lists(c);
+    assert!(
+        list.iter()
+            .any(|l| l.contains(&format!(", started, {name}, ")) && l.ends_with(", false")),
+        "{name} is not a started voter: {list:#?}"
+    );
+}
+
+/// A member of ours joins a running etcd 3.4 cluster as a voter (`member add` without
+/// `--learner`, started with `--initial-cluster-state existing`), under writes; then followers
+/// of both kinds are killed with kill -9 and restarted, under an etcd leader and under ours.
+/// Every acknowledged write is on every member and the hashes are equal.
+#[test]
+fn ours_joins_an_etcd_34_cluster_as_a_voter_and_followers_of_both_kinds_survive_kill_9() {
+    let dir = tmp();
+    let mut c = start_mixed(dir.path(), &[ETCD, ETCD, ETCD], FAST);
+    let writer = Writer::start_many(
+        c.nodes.iter().map(|m| m.client_url.clone()).collect(),
+        "w/",
+        4,
+    );
+    move_leader(&c, 0);
+    add_voter(&mut c, 1, "m4", OURS, dir.path());
+    let bins = [ETCD, ETCD, ETCD, OURS];
+    // An etcd leader: our follower, then an etcd follower.
+    move_leader(&c, 0);
+    let i = follower_of(&c, &bins, OURS);
+    kill_follower(&mut c, i, OURS);
+    let i = follower_of(&c, &bins, ETCD);
+    kill_follower(&mut c, i, ETCD);
+    // Our leader: an etcd follower.
+    move_leader(&c, 3);
+    let i = follower_of(&c, &bins, ETCD);
+    kill_follower(&mut c, i, ETCD);
+    std::thread::sleep(Duration::from_millis(500));
+    finish_writes(writer, &c.nodes);
+    assert_hash_equal(&c.nodes.iter().collect::<Vec<_>>());
+}
+
+/// etcd 3.4 and etcd 3.5 members join a cluster of ours as voters through our leader (the
+/// cluster keeps one etcd 3.4 member from its start, so it runs at 3.4 and etcd 3.4 may
+/// join), under writes; then followers of each kind are killed with kill -9 and restarted,
+/// under our leader and under an etcd leader. Every acknowledged write is on every member
+/// and the hashes are equal.
+#[test]
+fn etcd_34_and_35_join_a_cluster_of_ours_as_voters_and_followers_survive_kill_9() {
+    let dir = tmp();
+    let e35 = support::etcd35();
+    let mut c = start_mixed(dir.path(), &[OURS, OURS, ETCD], FAST);
+    let writer = Writer::start_many(
+        c.nodes.iter().map(|m| m.client_url.clone()).collect(),
+        "w/",
+        4,
+    );
+    move_leader(&c, 0);
+    add_voter(&mut c, 0, "m4", ETCD, dir.path());
+    add_voter(&mut c, 0, "m5", &e35, dir.path());
+    let bins = [OURS, OURS, ETCD, ETCD, e35.as_str()];
+    // Our leader: each kind's follower.
+    move_leader(&c, 0);
+    for bin in [ETCD, e35.as_str(), OURS] {
+        let i = follower_of(&c, &bins, bin);
+        kill_follower(&mut c, i, bin);
+    }
+    // An etcd 3.4 leader: our follower, and the etcd 3.5 one.
+    move_leader(&c, 3);
+    for bin in [OURS, e35.as_str()] {
+        let i = follower_of(&c, &bins, bin);
+        kill_follower(&mut c, i, bin);
+    }
+    for m in &c.nodes {
+        wait_cluster_version(m, "3.4.0");
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    finish_writes(writer, &c.nodes);
+    assert_hash_equal(&c.nodes.iter().collect::<Vec<_>>());
 }

@@ -1564,3 +1564,73 @@ fn etcd_34_and_35_join_a_cluster_of_ours_as_voters_and_followers_survive_kill_9(
     finish_writes(writer, &c.nodes);
     assert_hash_equal(&c.nodes.iter().collect::<Vec<_>>());
 }
+
+/// A cluster of ours that ran at 3.5 restarts with an etcd 3.4 member on one of its data dirs,
+/// and the etcd member is elected first (ours wait 5 s before campaigning). etcd 3.4 has not
+/// seen 3.5 (our snapshots leave the version out, it skips our v3 entries), so it answers
+/// `not_decided` and sets the cluster version to 3.4 by itself, and ours apply it; our
+/// followers, which step in only under an etcd 3.4 leader that has decided a lower version
+/// (the rolling swap's case), propose nothing.
+#[test]
+fn an_etcd_34_leader_sets_34_for_a_cluster_of_ours_that_ran_at_35() {
+    let dir = tmp();
+    let mut c = start_mixed(dir.path(), &[OURS, OURS, OURS], FAST);
+    for m in &c.nodes {
+        wait_cluster_version(m, "3.5.0");
+    }
+    c.nodes[0].etcdctl_ok(&["put", "at-3.5", "x"]);
+    c.nodes[1].wait_local("at-3.5", "x", Duration::from_secs(10));
+    // m1 leads and stops last: its log is the longest, so the others vote for it again.
+    move_leader(&c, 0);
+    for i in [1, 2, 0] {
+        c.nodes[i].stop();
+    }
+    // Where m2's log goes on from: what it logs after the restart.
+    let from = std::fs::metadata(c.nodes[1].log_path())
+        .map(|m| m.len() as usize)
+        .unwrap_or(0);
+    c.nodes[0].extra.extend(["--logger".into(), "zap".into()]);
+    c.nodes[0].spawn(ETCD);
+    // All three at once: etcd 3.4 sets 3.0 while a member's version cannot be asked (seen
+    // with one down), then 3.4 once all answer.
+    for i in [1, 2] {
+        c.nodes[i].extra = ["--heartbeat-interval", "50", "--election-timeout", "5000"]
+            .map(String::from)
+            .to_vec();
+        c.nodes[i].spawn(OURS);
+    }
+    for m in &c.nodes {
+        wait_cluster_version(m, "3.4.0");
+    }
+    assert_eq!(
+        c.leader(Duration::from_secs(10)),
+        0,
+        "etcd 3.4 was not elected"
+    );
+    assert!(
+        log_has(
+            &c.nodes[0],
+            "\"msg\":\"setting up initial cluster version\""
+        ),
+        "etcd 3.4 did not set the version; log ends:\n{}",
+        c.nodes[0].log_tail(20)
+    );
+    let after = std::fs::read_to_string(c.nodes[1].log_path()).unwrap_or_default();
+    let after = &after[from.min(after.len())..];
+    // m2 applied what the etcd leader set, and proposed nothing itself.
+    assert!(
+        after.contains("\"msg\":\"updated cluster version\",\"from\":\"3.5.0\""),
+        "{after}"
+    );
+    assert!(!after.contains("\"updating cluster version\""), "{after}");
+    assert!(
+        !after.contains("\"setting up initial cluster version\""),
+        "{after}"
+    );
+    // Every member serves at 3.4, with what was written at 3.5.
+    c.nodes[2].etcdctl_ok(&["put", "at-3.4", "x"]);
+    for m in &c.nodes {
+        m.wait_local("at-3.4", "x", Duration::from_secs(10));
+        assert_eq!(m.local_get("at-3.5").as_deref(), Some("x"), "{}", m.name);
+    }
+}

@@ -704,82 +704,159 @@ fn a_stalled_snapshot_sender_is_cut_off_and_leaves_nothing_behind() {
     m.etcdctl_ok(&["put", "after-the-stall", "v"]);
 }
 
-/// A peer that answers a joining member's questions as a member of an etcd 3.6 cluster would:
-/// `/members` lists it and the joining member, `/version` says 3.6.
-fn newer_cluster_peer(joining_peer_url: String) -> String {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let url = format!("http://{}", l.local_addr().expect("addr"));
-    let me = url.clone();
-    std::thread::spawn(move || {
-        for s in l.incoming() {
-            let Ok(mut s) = s else { continue };
-            let mut buf = [0u8; 4096];
-            let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-            let n = s.read(&mut buf).unwrap_or(0);
-            let req = String::from_utf8_lossy(&buf[..n]).into_owned();
-            let body = if req.starts_with("GET /members ") {
-                format!(
-                    "[{{\"id\":4660,\"name\":\"m1\",\"peerURLs\":[\"{me}\"],\"clientURLs\":[\"{me}\"]}},\
-                     {{\"id\":4661,\"peerURLs\":[\"{joining_peer_url}\"]}}]\n"
-                )
-            } else if req.starts_with("GET /version ") {
-                "{\"etcdserver\":\"3.6.2\",\"etcdcluster\":\"3.6.0\"}".to_string()
-            } else {
-                String::new()
-            };
-            let status = if body.is_empty() {
-                "404 Not Found"
-            } else {
-                "200 OK"
-            };
-            let _ = s.write_all(
-                format!(
-                    "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nX-Etcd-Cluster-ID: abcd\r\n\
-                     Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                )
-                .as_bytes(),
-            );
-        }
-    });
-    url
+/// Members of a cluster that a new member joins, faked: each answers `GET /members` with
+/// all of them plus the joining member (not started, at `joining_peer_url`), and `GET
+/// /version` with the cluster version in `answers` (None: it closes the connection without an
+/// answer). Returns the `--initial-cluster` to join with and whether the joining member has
+/// dialed a raft stream to one of them (it passed its checks and started).
+fn fake_cluster(
+    joining_peer_url: &str,
+    answers: &[Option<&'static str>],
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let listeners: Vec<TcpListener> = answers
+        .iter()
+        .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind"))
+        .collect();
+    let urls: Vec<String> = listeners
+        .iter()
+        .map(|l| format!("http://{}", l.local_addr().expect("addr")))
+        .collect();
+    let mut members: Vec<String> = urls
+        .iter()
+        .enumerate()
+        .map(|(i, u)| {
+            format!(
+                "{{\"id\":{},\"peerURLs\":[\"{u}\"],\"name\":\"m{}\",\"clientURLs\":[\"{u}\"]}}",
+                4660 + i,
+                i + 1
+            )
+        })
+        .collect();
+    members.push(format!(
+        "{{\"id\":{},\"peerURLs\":[\"{joining_peer_url}\"]}}",
+        4660 + answers.len()
+    ));
+    let list = std::sync::Arc::new(format!("[{}]\n", members.join(",")));
+    let dialed = std::sync::Arc::new(AtomicBool::new(false));
+    for (l, answer) in listeners.into_iter().zip(answers.iter().copied()) {
+        let (list, dialed) = (list.clone(), dialed.clone());
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                let Ok(mut s) = s else { continue };
+                let mut buf = [0u8; 4096];
+                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+                let n = s.read(&mut buf).unwrap_or(0);
+                let req = String::from_utf8_lossy(&buf[..n]).into_owned();
+                let (status, body) = if req.starts_with("GET /members ") {
+                    ("200 OK", list.to_string())
+                } else if req.starts_with("GET /version ") {
+                    match answer {
+                        Some(v) => (
+                            "200 OK",
+                            format!("{{\"etcdserver\":\"3.4.23\",\"etcdcluster\":\"{v}\"}}"),
+                        ),
+                        None => continue,
+                    }
+                } else {
+                    if req.starts_with("GET /raft/stream/") {
+                        dialed.store(true, Ordering::SeqCst);
+                    }
+                    ("404 Not Found", "404 page not found\n".to_string())
+                };
+                let _ = s.write_all(
+                    format!(
+                        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nX-Etcd-Cluster-Id: abcd\r\n\
+                         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    )
+                    .as_bytes(),
+                );
+            }
+        });
+    }
+    let ic = urls
+        .iter()
+        .enumerate()
+        .map(|(i, u)| format!("m{}={u}", i + 1))
+        .collect::<Vec<_>>()
+        .join(",");
+    (ic, dialed)
 }
 
-/// A member joining a cluster whose version is above its own (3.6 here, ours is 3.5) refuses to
-/// start, with etcd's message, and writes no data dir.
-#[test]
-fn joining_a_cluster_of_a_newer_version_is_refused() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let mut m = Node::new_for_join(dir.path(), "new");
-    let peer = newer_cluster_peer(m.advertise_peer.clone());
-    m.initial_cluster = format!("m1={peer},new={}", m.advertise_peer);
+/// Whether a member of `bin` joining (`--initial-cluster-state existing`) fake members that
+/// answer `/version` with `answers` starts (true: it dialed their streams) or refuses, as
+/// etcd does, with "incompatible with current running cluster" (false). A refusing member of
+/// ours writes no data dir.
+fn joins(bin: &str, dir: &std::path::Path, answers: &[Option<&'static str>]) -> bool {
+    std::fs::create_dir_all(dir).expect("create the member's dir");
+    let mut m = Node::new_for_join(dir, "new");
+    let (ic, dialed) = fake_cluster(&m.advertise_peer, answers);
+    m.initial_cluster = format!("{ic},new={}", m.advertise_peer);
     m.state = "existing";
-    m.extra = FAST.iter().map(|s| s.to_string()).collect();
-    m.spawn(OURS);
+    m.extra = FAST
+        .iter()
+        .chain(&["--logger", "zap"])
+        .map(|s| s.to_string())
+        .collect();
+    m.spawn(bin);
     let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(s) = m.exited() {
-            break s;
+    loop {
+        if dialed.load(std::sync::atomic::Ordering::SeqCst) {
+            return true;
+        }
+        if let Some(status) = m.exited() {
+            m.child = None;
+            assert!(!status.success(), "{bin} {answers:?}: exited with {status}");
+            assert!(
+                log_count(&m, "incompatible with current running cluster") >= 1,
+                "{bin} {answers:?}: log ends:\n{}",
+                m.log_tail(10)
+            );
+            if bin == OURS {
+                assert!(!m.data_dir.join("member").join("wal").exists());
+            }
+            return false;
         }
         assert!(
             Instant::now() < deadline,
-            "the member did not stop; log ends:\n{}",
+            "{bin} {answers:?}: neither started nor stopped; log ends:\n{}",
             m.log_tail(10)
         );
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    m.child = None;
-    assert!(!status.success(), "exited with {status}");
-    assert!(
-        log_count(&m, "incompatible with current running cluster") >= 1,
-        "log ends:\n{}",
-        m.log_tail(10)
-    );
-    assert_eq!(
-        log_count(&m, "cluster version of remote member is not compatible"),
-        1
-    );
-    assert!(!m.data_dir.join("member").join("wal").exists());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A member joining a running cluster asks each member's `/version` first, and ours decides
+/// as etcd 3.4.23 and 3.5.16 do (each case run against all three): a member that cannot be
+/// asked or has not decided its version (`not_decided`) is skipped; a cluster version above
+/// its own refuses the join (3.6 here: ours and etcd 3.5 are 3.5, etcd 3.4 is 3.4), as does
+/// one below 3.0; and at least one member must answer a version it can run at.
+#[test]
+fn joining_checks_the_cluster_version_as_etcd_34_and_35_do() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let e35 = support::etcd35();
+    let cases: [(&[Option<&'static str>], bool); 8] = [
+        (&[Some("3.4.0")], true),
+        (&[Some("not_decided")], false),
+        (&[None], false),
+        (&[Some("not_decided"), Some("3.4.0")], true),
+        (&[None, Some("3.4.0")], true),
+        (&[None, Some("not_decided")], false),
+        (&[Some("3.4.0"), Some("3.6.0")], false),
+        (&[Some("2.3.0")], false),
+    ];
+    let mut n = 0;
+    for (answers, want) in cases {
+        for bin in [ETCD, e35.as_str(), OURS] {
+            n += 1;
+            assert_eq!(
+                joins(bin, &dir.path().join(n.to_string()), answers),
+                want,
+                "{bin} joining members whose /version answers {answers:?}"
+            );
+        }
+    }
 }
 
 /// A JSON value's shape: its keys in order and the kinds of its values (ids, URLs, times and

@@ -26,7 +26,7 @@ use super::wire::{
 };
 use crate::error;
 use crate::listener::Listener;
-use crate::membership::{Member, id_hex};
+use crate::membership::Member;
 use proto::etcdserverpb::HashKvResponse;
 
 /// What the peer port needs of the member it serves. The server implements it; the transport
@@ -190,7 +190,7 @@ fn check_raft<H: PeerHost>(
         let min = header(req, H_MIN_CLUSTER_VERSION).unwrap_or("");
         if once(&format!("version {theirs} {min}")) {
             tracing::warn!(
-                local_member_id = %id_hex(server.member_id()),
+                local_member_id = %id_path(server.member_id()),
                 remote_peer_server_version = theirs,
                 remote_peer_server_minimum_cluster_version = min,
                 remote_peer_id = header(req, H_SERVER_FROM).unwrap_or(""),
@@ -208,8 +208,8 @@ fn check_raft<H: PeerHost>(
         let given = header(req, H_CLUSTER_ID).unwrap_or("");
         if once(&format!("cluster {given}")) {
             tracing::warn!(
-                local_member_id = %id_hex(server.member_id()),
-                local_member_cluster_id = %id_hex(cid),
+                local_member_id = %id_path(server.member_id()),
+                local_member_cluster_id = %id_path(cid),
                 remote_peer_cluster_id = given,
                 remote_peer_id = header(req, H_SERVER_FROM).unwrap_or(""),
                 "request cluster ID mismatch"
@@ -314,7 +314,7 @@ pub async fn handle<H: PeerHost>(
             }
             let Ok(body) = read_all(req.into_body(), MAX_BODY).await else {
                 if refusals.first(&peer, "read raft message") {
-                    tracing::warn!(local_member_id = %id_hex(me), remote_peer_id = %peer, max_bytes = MAX_BODY, "failed to read Raft message");
+                    tracing::warn!(local_member_id = %id_path(me), remote_peer_id = %peer, max_bytes = MAX_BODY, "failed to read Raft message");
                 }
                 return text_error(
                     StatusCode::BAD_REQUEST,
@@ -326,7 +326,7 @@ pub async fn handle<H: PeerHost>(
                 Ok(m) => m,
                 Err(e) => {
                     if refusals.first(&peer, "unmarshal raft message") {
-                        tracing::warn!(local_member_id = %id_hex(me), remote_peer_id = %peer, error = %e, "failed to unmarshal Raft message");
+                        tracing::warn!(local_member_id = %id_path(me), remote_peer_id = %peer, error = %e, "failed to unmarshal Raft message");
                     }
                     return text_error(
                         StatusCode::BAD_REQUEST,
@@ -337,9 +337,9 @@ pub async fn handle<H: PeerHost>(
             };
             if server.is_removed(m.from) {
                 // etcd logs these two lines for each message; we log them once per member.
-                if refusals.first(&id_hex(m.from), "raft message from removed member") {
-                    tracing::warn!(local_member_id = %id_hex(me), removed_member_id = %id_hex(m.from), "rejected Raft message from removed member");
-                    tracing::warn!(local_member_id = %id_hex(me), error = "cannot process message from removed member", "failed to process Raft message");
+                if refusals.first(&id_path(m.from), "raft message from removed member") {
+                    tracing::warn!(local_member_id = %id_path(me), removed_member_id = %id_path(m.from), "rejected Raft message from removed member");
+                    tracing::warn!(local_member_id = %id_path(me), error = "cannot process message from removed member", "failed to process Raft message");
                 }
                 return text_error(
                     StatusCode::INTERNAL_SERVER_ERROR,
@@ -367,7 +367,7 @@ pub async fn handle<H: PeerHost>(
                 .unwrap_or(0);
             if server.is_removed(from) {
                 if refusals.first(&peer, "snapshot from removed member") {
-                    tracing::warn!(remote_peer_id = %id_hex(from), error = "removed member", "refused a snapshot");
+                    tracing::warn!(remote_peer_id = %id_path(from), error = "removed member", "refused a snapshot");
                 }
                 return text_error(StatusCode::GONE, "removed member", Some(cid));
             }
@@ -383,7 +383,7 @@ pub async fn handle<H: PeerHost>(
                 }
                 Err(super::snapshot::Refusal(status, msg)) => {
                     if refusals.first(&peer, &format!("snapshot {msg}")) {
-                        tracing::warn!(remote_peer_id = %id_hex(from), error = %msg, "refused a snapshot");
+                        tracing::warn!(remote_peer_id = %id_path(from), error = %msg, "refused a snapshot");
                     }
                     text_error(status, &msg, Some(cid))
                 }
@@ -587,7 +587,7 @@ async fn hashkv<H: PeerHost>(server: Arc<H>, req: http::Request<Incoming>, peer:
 /// answer into which its messages are written.
 async fn stream<H: PeerHost>(server: Arc<H>, req: http::Request<Incoming>, remote: &str) -> Resp {
     let cid = server.cluster_id();
-    let me = id_hex(server.member_id());
+    let me = id_path(server.member_id());
     if req.method() != Method::GET {
         return method_not_allowed(Some("GET"));
     }
@@ -613,7 +613,7 @@ async fn stream<H: PeerHost>(server: Arc<H>, req: http::Request<Incoming>, remot
         }
     };
     // Refusals below name the peer by the stream's sender.
-    let from_hex = id_hex(from);
+    let from_hex = id_path(from);
     if server.is_removed(from) {
         if refusals.first(&from_hex, "stream from removed member") {
             tracing::warn!(local_member_id = %me, remote_peer_id_from = %from_hex, "rejected stream from remote peer because it was removed");
@@ -622,14 +622,14 @@ async fn stream<H: PeerHost>(server: Arc<H>, req: http::Request<Incoming>, remot
     }
     let Some(peer) = server.transport().peer(from) else {
         if refusals.first(&from_hex, "stream sender not found") {
-            tracing::warn!(local_member_id = %me, remote_peer_id_from = %from_hex, cluster_id = %id_hex(cid), "failed to find remote peer in cluster");
+            tracing::warn!(local_member_id = %me, remote_peer_id_from = %from_hex, cluster_id = %id_path(cid), "failed to find remote peer in cluster");
         }
         return text_error(StatusCode::NOT_FOUND, "error sender not found", Some(cid));
     };
     let to_header = header(&req, H_RAFT_TO).unwrap_or("");
     if u64::from_str_radix(to_header, 16).ok() != Some(server.member_id()) {
         if refusals.first(&from_hex, &format!("stream to {to_header}")) {
-            tracing::warn!(local_member_id = %me, remote_peer_id_header = to_header, remote_peer_id_from = %from_hex, cluster_id = %id_hex(cid), "ignored streaming request; ID mismatch");
+            tracing::warn!(local_member_id = %me, remote_peer_id_header = to_header, remote_peer_id_from = %from_hex, cluster_id = %id_path(cid), "ignored streaming request; ID mismatch");
         }
         return text_error(
             StatusCode::PRECONDITION_FAILED,
@@ -643,7 +643,7 @@ async fn stream<H: PeerHost>(server: Arc<H>, req: http::Request<Incoming>, remot
         peer::write_stream(kind, rx, out_tx).await;
         peer.detach(kind, generation);
     });
-    tracing::info!(remote_peer_id = %id_hex(from), stream_type = kind.path_part(), "peer dialed its stream");
+    tracing::info!(remote_peer_id = %id_path(from), stream_type = kind.path_part(), "peer dialed its stream");
     let body: Body = BodyExt::boxed(StreamBody::new(
         tokio_stream::wrappers::ReceiverStream::new(out_rx),
     ));

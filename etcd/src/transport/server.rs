@@ -681,8 +681,10 @@ where
         let (s, remote) = (server.clone(), remote.clone());
         async move { Ok::<_, std::convert::Infallible>(handle(s, req, &remote).await) }
     });
+    // Header names in Go's case, as etcd's answers carry them.
     let _ = hyper::server::conn::http1::Builder::new()
         .keep_alive(true)
+        .title_case_headers(true)
         .serve_connection(TokioIo::new(io), svc)
         .await;
 }

@@ -170,11 +170,7 @@ fn log_has(m: &Node, needle: &str) -> bool {
 fn etcd_and_ours_lead_each_other_and_forward_leases() {
     let dir = tmp();
     let mut c = start_mixed(dir.path(), &[ETCD, ETCD, OURS], FAST);
-    let writer = Writer::start_many(
-        c.nodes.iter().map(|m| m.client_url.clone()).collect(),
-        "w/",
-        4,
-    );
+    let writer = writers(&c);
 
     // The cluster runs at etcd 3.4's version, decided by whichever member leads.
     move_leader(&c, 2);
@@ -245,6 +241,15 @@ fn etcd_and_ours_lead_each_other_and_forward_leases() {
     std::thread::sleep(Duration::from_millis(500));
     finish_writes(writer, &c.nodes);
     assert_hash_equal(&c.nodes.iter().collect::<Vec<_>>());
+}
+
+/// Four writers of `w/` keys, round robin over every member of `c` (what finish_writes checks).
+fn writers(c: &Cluster) -> Writer {
+    Writer::start_many(
+        c.nodes.iter().map(|m| m.client_url.clone()).collect(),
+        "w/",
+        4,
+    )
 }
 
 /// Stops the writer: more than 100 writes acknowledged, each of them on every one of `nodes`.
@@ -348,26 +353,6 @@ fn snapshots_both_ways(etcd: &str) {
     assert_hash_equal(&c.nodes.iter().collect::<Vec<_>>());
 }
 
-/// A membership change (`member add`/`remove`/`promote`...) through etcdctl on `via`, retried
-/// while etcd refuses it because a voter has not been connected for 5 s yet ("unhealthy
-/// cluster", as after a start, a restart or a leader move); its output.
-fn member_change(via: &Node, args: &[&str]) -> String {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let out = via.etcdctl(args);
-        if out.status.success() {
-            return String::from_utf8_lossy(&out.stdout).into_owned();
-        }
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            err.contains("unhealthy cluster") && Instant::now() < deadline,
-            "{args:?} on {} failed: {err}",
-            via.name
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
-}
-
 /// `member add` on `via`, then the new member started with the settings etcdctl printed;
 /// returns its ID (hex).
 fn add_member(c: &Cluster, via: usize, new: &mut Node, bin: &str, learner: bool) -> String {
@@ -376,7 +361,8 @@ fn add_member(c: &Cluster, via: usize, new: &mut Node, bin: &str, learner: bool)
     if learner {
         args.push("--learner");
     }
-    let added = cluster_support::parse_member_add(&member_change(&c.nodes[via], &args));
+    let added =
+        cluster_support::parse_member_add(&cluster_support::member_change(&c.nodes[via], &args));
     new.initial_cluster = added.initial_cluster;
     new.state = "existing";
     new.extra = FAST.iter().map(|s| s.to_string()).collect();
@@ -405,11 +391,7 @@ fn ours_joins_an_etcd_35_cluster_and_etcd_35_joins_ours_as_learners() {
 fn joins_as_learners(etcd: &str) {
     let dir = tmp();
     let mut c = start_mixed(dir.path(), &[etcd, etcd, etcd], FAST);
-    let writer = Writer::start_many(
-        c.nodes.iter().map(|m| m.client_url.clone()).collect(),
-        "w/",
-        4,
-    );
+    let writer = writers(&c);
 
     // Ours joins the etcd cluster as a learner, is promoted and leads.
     let mut m4 = Node::new_for_join(dir.path(), "m4");
@@ -476,11 +458,7 @@ fn swap(c: &mut Cluster, i: usize, bin: &str, writer: &Writer) {
 fn rolling_swap_of_an_etcd_cluster_to_ours_and_back_under_writes() {
     let dir = tmp();
     let mut c = start_mixed(dir.path(), &[ETCD, ETCD, ETCD], FAST);
-    let writer = Writer::start_many(
-        c.nodes.iter().map(|m| m.client_url.clone()).collect(),
-        "w/",
-        4,
-    );
+    let writer = writers(&c);
     std::thread::sleep(Duration::from_millis(500));
     // Two of three swapped to ours, then back to etcd: the cluster stays at version 3.4
     // while an etcd member remains.
@@ -625,11 +603,7 @@ fn a_cluster_restored_by_etcd_34_keeps_its_members_under_ours() {
     assert_eq!(list.len(), 3, "{list:#?}");
 
     // Each of ours leads the other two under writes.
-    let writer = Writer::start_many(
-        c.nodes.iter().map(|m| m.client_url.clone()).collect(),
-        "w/",
-        4,
-    );
+    let writer = writers(&c);
     move_leader(&c, 2);
     std::thread::sleep(Duration::from_millis(500));
     move_leader(&c, 0);
@@ -652,11 +626,7 @@ fn rolling_swap_of_an_etcd_35_cluster_to_ours_and_back_under_writes() {
     let e35 = e35.as_str();
     let mut c = start_mixed(dir.path(), &[e35, e35, e35], FAST);
     wait_cluster_version(&c.nodes[0], "3.5.0");
-    let writer = Writer::start_many(
-        c.nodes.iter().map(|m| m.client_url.clone()).collect(),
-        "w/",
-        4,
-    );
+    let writer = writers(&c);
     std::thread::sleep(Duration::from_millis(500));
     for i in 0..3 {
         swap(&mut c, i, OURS, &writer);
@@ -708,11 +678,7 @@ fn etcd_34_ours_and_etcd_35_form_one_cluster_over_peer_tls() {
         bin: ETCD.to_string(),
         nodes,
     };
-    let writer = Writer::start_many(
-        c.nodes.iter().map(|m| m.client_url.clone()).collect(),
-        "w/",
-        4,
-    );
+    let writer = writers(&c);
     for to in [1, 0, 2, 1] {
         move_leader(&c, to);
         std::thread::sleep(Duration::from_millis(300));
@@ -865,11 +831,7 @@ fn unix_socket_urls_for_clients_and_peers_in_a_mixed_cluster() {
 fn two_of_ours_and_one_etcd_agree_on_the_version_and_survive_kills_of_either_leader() {
     let dir = tmp();
     let mut c = start_mixed(dir.path(), &[OURS, ETCD, OURS], FAST);
-    let writer = Writer::start_many(
-        c.nodes.iter().map(|m| m.client_url.clone()).collect(),
-        "w/",
-        4,
-    );
+    let writer = writers(&c);
     // All three report the lowest member's version, and ours export it as etcd does.
     for m in &c.nodes {
         wait_cluster_version(m, "3.4.0");
@@ -936,11 +898,7 @@ fn after_downgrade_enable_etcd_34_members_join_lead_and_replace_ours() {
     for m in &c.nodes {
         wait_cluster_version(m, "3.5.0");
     }
-    let writer = Writer::start_many(
-        c.nodes.iter().map(|m| m.client_url.clone()).collect(),
-        "w/",
-        4,
-    );
+    let writer = writers(&c);
     // Without a downgrade job, etcd 3.4 refuses to join a cluster at version 3.5.
     let mut early = Node::new_for_join(dir.path(), "early");
     let early_id = add_member(&c, 0, &mut early, ETCD, true);
@@ -991,7 +949,7 @@ fn after_downgrade_enable_etcd_34_members_join_lead_and_replace_ours() {
 
     // One of ours leaves; the other two are swapped to etcd 3.4 on their data dirs.
     let id3 = c.member_id_hex("m3");
-    member_change(&c.nodes[3], &["member", "remove", &id3]);
+    cluster_support::member_change(&c.nodes[3], &["member", "remove", &id3]);
     let deadline = Instant::now() + Duration::from_secs(15);
     while c.nodes[2].exited().is_none() {
         assert!(Instant::now() < deadline, "the removed member did not stop");
@@ -1049,27 +1007,12 @@ fn promote_refused(via: &Node, id: &str, want: &str) {
 fn promotions_are_forwarded_from_etcd_34_to_our_leader_and_from_ours_to_an_etcd_leader() {
     let dir = tmp();
     let mut c = start_mixed(dir.path(), &[ETCD, ETCD, OURS], FAST);
-    let writer = Writer::start_many(
-        c.nodes.iter().map(|m| m.client_url.clone()).collect(),
-        "w/",
-        4,
-    );
+    let writer = writers(&c);
     // (leader, follower that forwards, kind of learner that joins)
     for (leader, via, name, bin) in [(2, 0, "m4", ETCD), (0, 2, "m5", OURS)] {
         move_leader(&c, leader);
         // A learner that never started is not in sync; a voter is no learner.
-        let url = format!("http://127.0.0.1:{}", support::free_port());
-        let out = member_change(
-            &c.nodes[via],
-            &[
-                "member",
-                "add",
-                "idle",
-                "--learner",
-                &format!("--peer-urls={url}"),
-            ],
-        );
-        let idle = cluster_support::parse_member_add(&out).id;
+        let idle = cluster_support::add_idle_learner(&c.nodes[via], "idle");
         promote_refused(
             &c.nodes[via],
             &idle,
@@ -1081,7 +1024,7 @@ fn promotions_are_forwarded_from_etcd_34_to_our_leader_and_from_ours_to_an_etcd_
             &voter,
             "etcdserver: can only promote a learner member",
         );
-        member_change(&c.nodes[via], &["member", "remove", &idle]);
+        cluster_support::member_change(&c.nodes[via], &["member", "remove", &idle]);
 
         let mut m = Node::new_for_join(dir.path(), name);
         add_member(&c, via, &mut m, bin, true);
@@ -1364,9 +1307,9 @@ fn etcd_34_etcd_35_and_ours_write_the_same_membership_buckets() {
         c.nodes[1].advertise_peer, proxy.port
     );
     let id2 = c.member_id_hex("m2");
-    member_change(&c.nodes[2], &["member", "update", &id2, &urls]);
+    cluster_support::member_change(&c.nodes[2], &["member", "update", &id2, &urls]);
     // m5 is removed through ours and stops.
-    member_change(&c.nodes[2], &["member", "remove", &id5]);
+    cluster_support::member_change(&c.nodes[2], &["member", "remove", &id5]);
     assert!(c.nodes[4].wait_exit(Duration::from_secs(20)).is_some());
     c.nodes[0].etcdctl_ok(&["put", "after-changes", "x"]);
     for m in &c.nodes[..4] {
@@ -1412,7 +1355,7 @@ fn etcd_34_etcd_35_and_ours_write_the_same_membership_buckets() {
     }
     move_leader(&c, 2);
     for id in c.member_ids_hex(&["m1", "m2"]) {
-        member_change(&c.nodes[2], &["member", "remove", &id]);
+        cluster_support::member_change(&c.nodes[2], &["member", "remove", &id]);
     }
     for i in [0, 1] {
         assert!(c.nodes[i].wait_exit(Duration::from_secs(20)).is_some());
@@ -1439,7 +1382,7 @@ fn etcd_34_etcd_35_and_ours_write_the_same_membership_buckets() {
         c.nodes[3].advertise_peer, proxy4.port
     );
     let id4 = c.member_id_hex("m4");
-    member_change(&c.nodes[2], &["member", "update", &id4, &urls4]);
+    cluster_support::member_change(&c.nodes[2], &["member", "update", &id4, &urls4]);
     c.nodes[2].etcdctl_ok(&["put", "at-3.5", "x"]);
     c.nodes[3].wait_local("at-3.5", "x", Duration::from_secs(10));
     let names = ["m3", "m4"];
@@ -1503,11 +1446,7 @@ fn add_voter(c: &mut Cluster, via: usize, name: &str, bin: &str, dir: &std::path
 fn ours_joins_an_etcd_34_cluster_as_a_voter_and_followers_of_both_kinds_survive_kill_9() {
     let dir = tmp();
     let mut c = start_mixed(dir.path(), &[ETCD, ETCD, ETCD], FAST);
-    let writer = Writer::start_many(
-        c.nodes.iter().map(|m| m.client_url.clone()).collect(),
-        "w/",
-        4,
-    );
+    let writer = writers(&c);
     move_leader(&c, 0);
     add_voter(&mut c, 1, "m4", OURS, dir.path());
     let bins = [ETCD, ETCD, ETCD, OURS];
@@ -1536,11 +1475,7 @@ fn etcd_34_and_35_join_a_cluster_of_ours_as_voters_and_followers_survive_kill_9(
     let dir = tmp();
     let e35 = support::etcd35();
     let mut c = start_mixed(dir.path(), &[OURS, OURS, ETCD], FAST);
-    let writer = Writer::start_many(
-        c.nodes.iter().map(|m| m.client_url.clone()).collect(),
-        "w/",
-        4,
-    );
+    let writer = writers(&c);
     move_leader(&c, 0);
     add_voter(&mut c, 0, "m4", ETCD, dir.path());
     add_voter(&mut c, 0, "m5", &e35, dir.path());

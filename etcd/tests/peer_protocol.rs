@@ -227,22 +227,10 @@ fn refuse_bad_peers(bin: &str, dir: &std::path::Path) -> (Vec<(String, Answer)>,
     let c = Cluster::start(bin, dir, 1, false, &flags);
     let m = &c.nodes[0];
     let (cid, mid) = ids(m);
-    let add = |name: &str| {
-        // Peer URLs nobody listens on.
-        let url = format!("http://127.0.0.1:{}", support::free_port());
-        let out = m.etcdctl_ok(&[
-            "member",
-            "add",
-            name,
-            "--learner",
-            &format!("--peer-urls={url}"),
-        ]);
-        cluster_support::parse_member_add(&out).id
-    };
     // etcd allows one learner at a time.
-    let removed = add("gone");
+    let removed = cluster_support::add_idle_learner(m, "gone");
     m.etcdctl_ok(&["member", "remove", &removed]);
-    let learner = add("idle");
+    let learner = cluster_support::add_idle_learner(m, "idle");
     let peer = &m.listen_peer;
     let files = tempfile::tempdir().expect("temp dir");
     let file = |name: &str, bytes: &[u8]| {
@@ -928,15 +916,7 @@ fn probe_endpoints(bin: &str, dir: &std::path::Path) -> Endpoints {
     }
 
     // A learner that never started: it has no name nor client URLs yet, and cannot be promoted.
-    let url = format!("http://127.0.0.1:{}", support::free_port());
-    let out = c.nodes[0].etcdctl_ok(&[
-        "member",
-        "add",
-        "idle",
-        "--learner",
-        &format!("--peer-urls={url}"),
-    ]);
-    let idle = cluster_support::parse_member_add(&out).id;
+    let idle = cluster_support::add_idle_learner(&c.nodes[0], "idle");
     let (s, v) = json_shape(&ask_with("GET", &format!("{peer}/members"), ""), true);
     let ids: Vec<u64> = v
         .as_array()

@@ -8,8 +8,13 @@
 // sends everything to the leader instead. Server CPU is summed over the three members, peak
 // RSS too; the db size is the largest member's. The raft term before and after the compaction
 // shows whether it cost the cluster its leader. Last, leader failover time (kill -9 of the
-// leader → first write acknowledged by another member). BENCH_MIXED=1 makes the second
-// cluster a mixed one (ours leading two etcd 3.4 members).
+// leader → first write acknowledged by another member).
+//
+// BENCH_MIXED=1 makes the second cluster a mixed one (ours leading two etcd 3.4 members).
+// BENCH_MIXED=all runs four clusters side by side, each a column with its ratio to the first:
+// etcd 3.4 ×3; ours + etcd 3.4 ×2 with ours leading; the same with an etcd member leading (both
+// leaders are checked before every workload); etcd-rs ×3. Its workloads default to keys,
+// put64, range (BENCH_WORKLOADS picks others), then failover.
 //
 // Run: scripts/bench.sh cluster   (needs Debian's etcd-server: scripts/deps.sh)
 // Sizes: the same BENCH_* variables as benches/server.rs.
@@ -87,51 +92,128 @@ fn lead(c: &cluster_support::Cluster, to: usize) {
     panic!("leadership never moved to {}", c.nodes[to].name);
 }
 
+/// One cluster the benchmark measures: its column, the binary of each member, and the member
+/// made leader (None: whichever wins).
+struct Layout {
+    name: &'static str,
+    column: load::Column,
+    bins: [&'static str; 3],
+    lead: Option<usize>,
+}
+
+/// The clusters of this run, by BENCH_MIXED (see the top of this file).
+fn layouts(mixed: &str) -> Vec<Layout> {
+    let ours = load::SERVERS[1].1;
+    let layout = |name, heading, tag, bins, lead| Layout {
+        name,
+        column: load::Column { heading, tag },
+        bins,
+        lead,
+    };
+    let etcd = layout("etcd", "etcd 3.4", "etcd", ["etcd"; 3], None);
+    let all_ours = layout("ours", "etcd-rs", "ours", [ours; 3], None);
+    let mixed_cluster = [ours, "etcd", "etcd"];
+    match mixed {
+        "1" => vec![
+            etcd,
+            layout("ours", "etcd-rs", "ours", mixed_cluster, Some(0)),
+        ],
+        "all" => vec![
+            etcd,
+            layout(
+                "mixed, ours leads",
+                "mix ours-led",
+                "mixO",
+                mixed_cluster,
+                Some(0),
+            ),
+            layout(
+                "mixed, etcd leads",
+                "mix etcd-led",
+                "mixE",
+                mixed_cluster,
+                Some(1),
+            ),
+            all_ours,
+        ],
+        _ => vec![etcd, all_ours],
+    }
+}
+
 fn main() {
-    let cfg = load::Config::from_env();
+    let mut cfg = load::Config::from_env();
     let at_leader = std::env::var("BENCH_AT_LEADER").is_ok_and(|v| v == "1");
+    let mixed = std::env::var("BENCH_MIXED").unwrap_or_default();
+    let four_way = mixed == "all";
+    if four_way {
+        cfg.default_workloads(&["keys", "put64", "range"]);
+    }
     let tmp = tempfile::tempdir().expect("temp dir");
     let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
-    // BENCH_MIXED=1: the second cluster is etcd 3.4 with one member of ours (which leads),
-    // to show what joining ours does to an etcd cluster.
-    let mixed = std::env::var("BENCH_MIXED").is_ok_and(|v| v == "1");
-    let mut clusters = load::SERVERS.map(|(name, bin)| {
-        cfg.runs(name).then(|| {
-            let dir = tmp.path().join(name);
-            if mixed && bin != "etcd" {
-                let c = cluster_support::Cluster::start_bins(&[bin, "etcd", "etcd"], &dir, &[]);
-                lead(&c, 0);
+    let layouts = layouts(&mixed);
+    // BENCH_ONLY picks by name (etcd, ours) in the two-column runs.
+    let mut clusters: Vec<Option<cluster_support::Cluster>> = layouts
+        .iter()
+        .map(|l| {
+            (four_way || cfg.runs(l.name)).then(|| {
+                let dir = tmp.path().join(l.column.tag);
+                let c = cluster_support::Cluster::start_bins(&l.bins, &dir, &[]);
+                if let Some(i) = l.lead {
+                    lead(&c, i);
+                }
                 c
+            })
+        })
+        .collect();
+    let targets: Vec<Option<load::Target>> = clusters
+        .iter()
+        .zip(&layouts)
+        .map(|(c, l)| {
+            let c = c.as_ref()?;
+            let members: Vec<String> = c.nodes.iter().map(|m| m.client_url.clone()).collect();
+            let urls = if at_leader {
+                vec![members[c.leader(Duration::from_secs(10))].clone()]
             } else {
-                cluster_support::Cluster::start(bin, &dir, 3, false, &[])
+                members.clone()
+            };
+            Some(load::Target {
+                name: l.name,
+                urls,
+                members,
+                pids: c
+                    .nodes
+                    .iter()
+                    .flat_map(|m| m.child.as_ref())
+                    .map(|ch| ch.id())
+                    .collect(),
+                data_dirs: c.nodes.iter().map(|m| m.data_dir.clone()).collect(),
+            })
+        })
+        .collect();
+    let mut table = load::Table::new(layouts.iter().map(|l| l.column), true);
+    for (k, w) in load::WORKLOADS.iter().enumerate() {
+        if !cfg.wants(w) {
+            continue;
+        }
+        let mut out: Vec<load::Measured> = layouts.iter().map(|_| Default::default()).collect();
+        for i in load::run_order(k, layouts.len()) {
+            let (Some(c), Some(t)) = (&clusters[i], &targets[i]) else {
+                continue;
+            };
+            // A mixed cluster is measured under the leader it is meant to have.
+            if let Some(l) = layouts[i].lead {
+                lead(c, l);
             }
-        })
-    });
-    let targets = std::array::from_fn(|i| {
-        let c = clusters[i].as_ref()?;
-        let members: Vec<String> = c.nodes.iter().map(|m| m.client_url.clone()).collect();
-        let urls = if at_leader {
-            vec![members[c.leader(Duration::from_secs(10))].clone()]
-        } else {
-            members.clone()
-        };
-        Some(load::Target {
-            name: load::SERVERS[i].0,
-            urls,
-            members,
-            pids: c
-                .nodes
-                .iter()
-                .flat_map(|m| m.child.as_ref())
-                .map(|ch| ch.id())
-                .collect(),
-            data_dirs: c.nodes.iter().map(|m| m.data_dir.clone()).collect(),
-        })
-    });
-    let mut table = load::run_suite(&rt, &cfg, &targets, true);
-    let mut fo = [0.0; 2];
+            out[i] = load::measure(&rt, w, t, &cfg, true);
+        }
+        table.add(w, &out);
+    }
+    let mut fo = vec![0.0; layouts.len()];
     for (i, c) in clusters.iter_mut().enumerate() {
         if let Some(c) = c {
+            if let Some(l) = layouts[i].lead {
+                lead(c, l);
+            }
             fo[i] = rt.block_on(failover(c));
         }
     }
@@ -141,13 +223,16 @@ fn main() {
     } else {
         "clients round robin over the members"
     };
-    let second = if mixed {
-        "; the 'ours' column is etcd 3.4 ×2 + ours ×1 leading"
-    } else {
-        ""
+    let columns = match mixed.as_str() {
+        "1" => "; the 'ours' column is etcd 3.4 ×2 + ours ×1 leading",
+        "all" => {
+            "; mix = ours ×1 + etcd 3.4 ×2, led by ours (mixO) or by an etcd member (mixE); \
+             ratios are to etcd 3.4 ×3"
+        }
+        _ => "",
     };
     table.print(&format!(
-        "3-member cluster benchmark: {}s per timed load, 256-byte values, {spread}{second}",
+        "3-member cluster benchmark: {}s per timed load, 256-byte values, {spread}{columns}",
         cfg.secs
     ));
 }

@@ -1,6 +1,8 @@
 // Clusters of real etcd 3.4 and 3.5 members (Debian's etcd-server) and ours, speaking etcd's
 // peer protocol, plain and TLS: both kinds lead, snapshots go both ways, members join each
-// other, rolling swaps, and the way back from ours to etcd 3.4 through etcd 3.5's Downgrade.
+// other as learners and voters, promotions are forwarded, corruption checks span both kinds,
+// followers of both kinds survive kill -9, the membership buckets match byte for byte, rolling
+// swaps, and the way back from ours to etcd 3.4 through etcd 3.5's Downgrade.
 
 #[path = "../../common/tests/support/mod.rs"]
 mod support;
@@ -168,11 +170,7 @@ fn log_has(m: &Node, needle: &str) -> bool {
 fn etcd_and_ours_lead_each_other_and_forward_leases() {
     let dir = tmp();
     let mut c = start_mixed(dir.path(), &[ETCD, ETCD, OURS], FAST);
-    let writer = Writer::start_many(
-        c.nodes.iter().map(|m| m.client_url.clone()).collect(),
-        "w/",
-        4,
-    );
+    let writer = writers(&c);
 
     // The cluster runs at etcd 3.4's version, decided by whichever member leads.
     move_leader(&c, 2);
@@ -243,6 +241,15 @@ fn etcd_and_ours_lead_each_other_and_forward_leases() {
     std::thread::sleep(Duration::from_millis(500));
     finish_writes(writer, &c.nodes);
     assert_hash_equal(&c.nodes.iter().collect::<Vec<_>>());
+}
+
+/// Four writers of `w/` keys, round robin over every member of `c` (what finish_writes checks).
+fn writers(c: &Cluster) -> Writer {
+    Writer::start_many(
+        c.nodes.iter().map(|m| m.client_url.clone()).collect(),
+        "w/",
+        4,
+    )
 }
 
 /// Stops the writer: more than 100 writes acknowledged, each of them on every one of `nodes`.
@@ -354,22 +361,8 @@ fn add_member(c: &Cluster, via: usize, new: &mut Node, bin: &str, learner: bool)
     if learner {
         args.push("--learner");
     }
-    // etcd refuses a member change until every voter has been connected for 5 s
-    // ("unhealthy cluster"), as after a start or a restart.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let added = loop {
-        let out = c.nodes[via].etcdctl(&args);
-        if out.status.success() {
-            break String::from_utf8_lossy(&out.stdout).into_owned();
-        }
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            err.contains("unhealthy cluster") && Instant::now() < deadline,
-            "member add failed: {err}"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    };
-    let added = cluster_support::parse_member_add(&added);
+    let added =
+        cluster_support::parse_member_add(&cluster_support::member_change(&c.nodes[via], &args));
     new.initial_cluster = added.initial_cluster;
     new.state = "existing";
     new.extra = FAST.iter().map(|s| s.to_string()).collect();
@@ -398,11 +391,7 @@ fn ours_joins_an_etcd_35_cluster_and_etcd_35_joins_ours_as_learners() {
 fn joins_as_learners(etcd: &str) {
     let dir = tmp();
     let mut c = start_mixed(dir.path(), &[etcd, etcd, etcd], FAST);
-    let writer = Writer::start_many(
-        c.nodes.iter().map(|m| m.client_url.clone()).collect(),
-        "w/",
-        4,
-    );
+    let writer = writers(&c);
 
     // Ours joins the etcd cluster as a learner, is promoted and leads.
     let mut m4 = Node::new_for_join(dir.path(), "m4");
@@ -469,11 +458,7 @@ fn swap(c: &mut Cluster, i: usize, bin: &str, writer: &Writer) {
 fn rolling_swap_of_an_etcd_cluster_to_ours_and_back_under_writes() {
     let dir = tmp();
     let mut c = start_mixed(dir.path(), &[ETCD, ETCD, ETCD], FAST);
-    let writer = Writer::start_many(
-        c.nodes.iter().map(|m| m.client_url.clone()).collect(),
-        "w/",
-        4,
-    );
+    let writer = writers(&c);
     std::thread::sleep(Duration::from_millis(500));
     // Two of three swapped to ours, then back to etcd: the cluster stays at version 3.4
     // while an etcd member remains.
@@ -618,11 +603,7 @@ fn a_cluster_restored_by_etcd_34_keeps_its_members_under_ours() {
     assert_eq!(list.len(), 3, "{list:#?}");
 
     // Each of ours leads the other two under writes.
-    let writer = Writer::start_many(
-        c.nodes.iter().map(|m| m.client_url.clone()).collect(),
-        "w/",
-        4,
-    );
+    let writer = writers(&c);
     move_leader(&c, 2);
     std::thread::sleep(Duration::from_millis(500));
     move_leader(&c, 0);
@@ -645,11 +626,7 @@ fn rolling_swap_of_an_etcd_35_cluster_to_ours_and_back_under_writes() {
     let e35 = e35.as_str();
     let mut c = start_mixed(dir.path(), &[e35, e35, e35], FAST);
     wait_cluster_version(&c.nodes[0], "3.5.0");
-    let writer = Writer::start_many(
-        c.nodes.iter().map(|m| m.client_url.clone()).collect(),
-        "w/",
-        4,
-    );
+    let writer = writers(&c);
     std::thread::sleep(Duration::from_millis(500));
     for i in 0..3 {
         swap(&mut c, i, OURS, &writer);
@@ -701,11 +678,7 @@ fn etcd_34_ours_and_etcd_35_form_one_cluster_over_peer_tls() {
         bin: ETCD.to_string(),
         nodes,
     };
-    let writer = Writer::start_many(
-        c.nodes.iter().map(|m| m.client_url.clone()).collect(),
-        "w/",
-        4,
-    );
+    let writer = writers(&c);
     for to in [1, 0, 2, 1] {
         move_leader(&c, to);
         std::thread::sleep(Duration::from_millis(300));
@@ -858,11 +831,7 @@ fn unix_socket_urls_for_clients_and_peers_in_a_mixed_cluster() {
 fn two_of_ours_and_one_etcd_agree_on_the_version_and_survive_kills_of_either_leader() {
     let dir = tmp();
     let mut c = start_mixed(dir.path(), &[OURS, ETCD, OURS], FAST);
-    let writer = Writer::start_many(
-        c.nodes.iter().map(|m| m.client_url.clone()).collect(),
-        "w/",
-        4,
-    );
+    let writer = writers(&c);
     // All three report the lowest member's version, and ours export it as etcd does.
     for m in &c.nodes {
         wait_cluster_version(m, "3.4.0");
@@ -929,11 +898,7 @@ fn after_downgrade_enable_etcd_34_members_join_lead_and_replace_ours() {
     for m in &c.nodes {
         wait_cluster_version(m, "3.5.0");
     }
-    let writer = Writer::start_many(
-        c.nodes.iter().map(|m| m.client_url.clone()).collect(),
-        "w/",
-        4,
-    );
+    let writer = writers(&c);
     // Without a downgrade job, etcd 3.4 refuses to join a cluster at version 3.5.
     let mut early = Node::new_for_join(dir.path(), "early");
     let early_id = add_member(&c, 0, &mut early, ETCD, true);
@@ -984,20 +949,7 @@ fn after_downgrade_enable_etcd_34_members_join_lead_and_replace_ours() {
 
     // One of ours leaves; the other two are swapped to etcd 3.4 on their data dirs.
     let id3 = c.member_id_hex("m3");
-    // etcd refuses a member change until every voter has been connected for 5 s.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let out = c.nodes[3].etcdctl(&["member", "remove", &id3]);
-        if out.status.success() {
-            break;
-        }
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            err.contains("unhealthy cluster") && Instant::now() < deadline,
-            "member remove failed: {err}"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    cluster_support::member_change(&c.nodes[3], &["member", "remove", &id3]);
     let deadline = Instant::now() + Duration::from_secs(15);
     while c.nodes[2].exited().is_none() {
         assert!(Instant::now() < deadline, "the removed member did not stop");
@@ -1021,4 +973,599 @@ fn after_downgrade_enable_etcd_34_members_join_lead_and_replace_ours() {
         );
     }
     assert_hash_equal(&c.nodes.iter().collect::<Vec<_>>());
+}
+
+/// Waits up to `within` for `m`'s log to hold `needle`.
+fn wait_log(m: &Node, needle: &str, within: Duration) {
+    let deadline = Instant::now() + within;
+    while !log_has(m, needle) {
+        assert!(
+            Instant::now() < deadline,
+            "{} never logged {needle}; log ends:\n{}",
+            m.name,
+            m.log_tail(20)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// `member promote` on `via` fails with `want` in its error.
+fn promote_refused(via: &Node, id: &str, want: &str) {
+    let out = via.etcdctl(&["member", "promote", id]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains(want),
+        "{}: {err}",
+        via.name
+    );
+}
+
+/// A follower of either kind forwards `member promote` to a leader of the other kind
+/// (`POST /members/promote/<id>` on its peer URL): the leader's refusals come back to the
+/// client as etcd's errors, and a learner in sync is promoted.
+#[test]
+fn promotions_are_forwarded_from_etcd_34_to_our_leader_and_from_ours_to_an_etcd_leader() {
+    let dir = tmp();
+    let mut c = start_mixed(dir.path(), &[ETCD, ETCD, OURS], FAST);
+    let writer = writers(&c);
+    // (leader, follower that forwards, kind of learner that joins)
+    for (leader, via, name, bin) in [(2, 0, "m4", ETCD), (0, 2, "m5", OURS)] {
+        move_leader(&c, leader);
+        // A learner that never started is not in sync; a voter is no learner.
+        let idle = cluster_support::add_idle_learner(&c.nodes[via], "idle");
+        promote_refused(
+            &c.nodes[via],
+            &idle,
+            "etcdserver: can only promote a learner member which is in sync with leader",
+        );
+        let voter = c.member_id_hex(&c.nodes[leader].name);
+        promote_refused(
+            &c.nodes[via],
+            &voter,
+            "etcdserver: can only promote a learner member",
+        );
+        cluster_support::member_change(&c.nodes[via], &["member", "remove", &idle]);
+
+        let mut m = Node::new_for_join(dir.path(), name);
+        add_member(&c, via, &mut m, bin, true);
+        c.nodes[leader].etcdctl_ok(&["put", &format!("before-{name}"), "x"]);
+        m.wait_local(&format!("before-{name}"), "x", Duration::from_secs(30));
+        promote(&c, via, name);
+        c.nodes.push(m);
+        assert_eq!(
+            c.leader(Duration::from_secs(10)),
+            leader,
+            "the leader changed"
+        );
+    }
+    let list = wait_same_member_lists(&c);
+    assert_eq!(list.len(), 5, "{list:#?}");
+    assert!(
+        list.iter().all(|l| l.ends_with(", false")),
+        "a learner is left: {list:#?}"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    finish_writes(writer, &c.nodes);
+    assert_hash_equal(&c.nodes.iter().collect::<Vec<_>>());
+}
+
+/// The flags of the corruption-check tests: a check every second, zap logs for etcd.
+fn corrupt_check_flags() -> Vec<&'static str> {
+    FAST.iter()
+        .copied()
+        .chain(["--logger", "zap", "--experimental-corrupt-check-time", "1s"])
+        .collect()
+}
+
+/// Each kind's leader checks the other kind's hashes (`GET /members/hashkv` every second)
+/// and both pass while the data is equal. Then our member, changed behind raft's back, is
+/// refused at start by its initial check (which asks the etcd members) and, started without
+/// it, is caught by the etcd leader's periodic check: CORRUPT is raised for the cluster, with
+/// member ID 0 as etcd raises it, and writes are refused on every member.
+#[test]
+fn etcd_34_and_our_leaders_check_each_others_hashes_and_catch_our_corrupt_member() {
+    let dir = tmp();
+    let flags = corrupt_check_flags();
+    let mut c = start_mixed(dir.path(), &[ETCD, ETCD, OURS], &flags);
+    for i in 0..10 {
+        c.nodes[i % 3].etcdctl_ok(&["put", &format!("k{i}"), "v"]);
+    }
+    // etcd leads: it checks both peers, ours among them, every second.
+    move_leader(&c, 0);
+    wait_log(
+        &c.nodes[0],
+        "\"msg\":\"finished peer corruption check\",\"number-of-peers-checked\":2",
+        Duration::from_secs(10),
+    );
+    // Ours leads: it checks both etcd members.
+    move_leader(&c, 2);
+    wait_log(
+        &c.nodes[2],
+        "\"msg\":\"finished peer corruption check\",\"number_of_peers_checked\":2",
+        Duration::from_secs(10),
+    );
+    for m in &c.nodes {
+        assert_eq!(m.etcdctl_ok(&["alarm", "list"]), "", "{}", m.name);
+        assert!(!log_has(m, "hashes must match"), "{}", m.name);
+    }
+
+    // Our member's data changed behind raft's back: its initial check asks the etcd members,
+    // finds their hashes differ and refuses to start.
+    c.nodes[2].stop();
+    cluster_support::corrupt_newest_value(&c.nodes[2]);
+    move_leader(&c, 0);
+    c.nodes[2]
+        .extra
+        .push("--experimental-initial-corrupt-check".into());
+    c.nodes[2].spawn(OURS);
+    let st = c.nodes[2].wait_exit(Duration::from_secs(30));
+    assert!(st.is_some_and(|s| !s.success()), "{st:?}");
+    let ids = c.member_ids_hex(&["m1", "m2"]);
+    for id in &ids {
+        assert!(
+            log_has(&c.nodes[2], &format!("\"remote_peer_id\":\"{id}\"")),
+            "ours did not compare with {id}; log ends:\n{}",
+            c.nodes[2].log_tail(10)
+        );
+    }
+    assert!(log_has(&c.nodes[2], "found data inconsistency with peers"));
+
+    // Started without it, the etcd leader's periodic check catches it.
+    c.nodes[2].extra.pop();
+    c.nodes[2].spawn(OURS);
+    let ours = c.member_id_hex("m3");
+    wait_log(
+        &c.nodes[0],
+        &format!("\"follower-peer-id\":\"{ours}\""),
+        Duration::from_secs(20),
+    );
+    assert!(log_has(
+        &c.nodes[0],
+        "same compact revision then hashes must match"
+    ));
+    for m in &c.nodes {
+        assert_eq!(
+            m.etcdctl_ok(&["alarm", "list"]),
+            "alarm:CORRUPT \n",
+            "{}",
+            m.name
+        );
+        let out = m.etcdctl(&["put", "after", "x"]);
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("etcdserver: corrupt cluster"),
+            "{}: {}",
+            m.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// The reverse: an etcd 3.4 member changed behind raft's back is caught by our leader's
+/// periodic check, and the etcd members apply the CORRUPT alarm our leader raises exactly as
+/// they apply their own (member ID 0, writes refused).
+#[test]
+fn our_leader_catches_a_corrupt_etcd_34_member() {
+    let dir = tmp();
+    let mut c = start_mixed(dir.path(), &[ETCD, ETCD, OURS], &corrupt_check_flags());
+    for i in 0..10 {
+        c.nodes[i % 3].etcdctl_ok(&["put", &format!("k{i}"), "v"]);
+    }
+    c.nodes[1].wait_local("k9", "v", Duration::from_secs(10));
+    move_leader(&c, 2);
+    let corrupt = c.member_id_hex("m2");
+    c.nodes[1].stop();
+    cluster_support::corrupt_newest_value(&c.nodes[1]);
+    c.nodes[1].spawn(ETCD);
+    wait_log(
+        &c.nodes[2],
+        &format!("\"follower_peer_id\":\"{corrupt}\""),
+        Duration::from_secs(30),
+    );
+    assert!(log_has(
+        &c.nodes[2],
+        "same compact revision then hashes must match"
+    ));
+    for m in &c.nodes {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while m.etcdctl_ok(&["alarm", "list"]).is_empty() {
+            assert!(Instant::now() < deadline, "{} has no alarm", m.name);
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        assert_eq!(
+            m.etcdctl_ok(&["alarm", "list"]),
+            "alarm:CORRUPT \n",
+            "{}",
+            m.name
+        );
+        let out = m.etcdctl(&["put", "after", "x"]);
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("etcdserver: corrupt cluster"),
+            "{}: {}",
+            m.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// The membership buckets of a stopped member's db (`members`, `members_removed`, `cluster`),
+/// every key and value as bytes (shown as text: they are JSON, hex IDs and versions); a
+/// bucket the db lacks is listed as absent.
+fn membership_buckets(m: &Node) -> Vec<String> {
+    use common::backend::{Db, ReadTxn, buckets};
+    let db = Db::open_read_only(m.data_dir.join("member/snap/db"))
+        .unwrap_or_else(|e| panic!("open {}'s db: {e}", m.name));
+    let tx = db.begin_read();
+    let mut out = Vec::new();
+    for b in [buckets::MEMBERS, buckets::MEMBERS_REMOVED, buckets::CLUSTER] {
+        let name = String::from_utf8_lossy(b);
+        let Ok(mut c) = tx.cursor(b) else {
+            out.push(format!("{name}: absent"));
+            continue;
+        };
+        let mut e = c.first().expect("read");
+        while let Some((k, v)) = e {
+            out.push(format!(
+                "{name}: {:?} = {:?}",
+                String::from_utf8_lossy(k),
+                String::from_utf8_lossy(v)
+            ));
+            e = c.next().expect("read");
+        }
+    }
+    out
+}
+
+/// Stops `nodes` (SIGTERM, one at a time) and reads their membership buckets.
+fn stop_and_read_buckets(nodes: &mut [&mut Node]) -> Vec<Vec<String>> {
+    for m in nodes.iter_mut() {
+        m.stop();
+    }
+    nodes.iter().map(|m| membership_buckets(m)).collect()
+}
+
+/// What etcd 3.5.16 holds in its `members` bucket for member `m` (decimal `id`): the record
+/// written when it was added (its ID, first peer URL and, for a member of the initial
+/// cluster, its name). etcd 3.5 fails to save a member that already exists, so neither the
+/// attributes a member publishes (clientURLs) nor `member update` reach the bucket: seen in
+/// all-3.5 clusters too, and reported as etcd-io/etcd#13659 ("the member bucket seems never
+/// store Attributes", 3.5.0).
+fn etcd35_member_record(m: &Node, id: u64) -> String {
+    format!(
+        "members: \"{id:x}\" = {:?}",
+        format!(
+            "{{\"id\":{id},\"peerURLs\":[\"{}\"],\"name\":\"{}\"}}",
+            m.advertise_peer, m.name
+        )
+    )
+}
+
+/// Asserts etcd 3.5's buckets (`e35`) are ours (`ours`) with each member of `names` (with
+/// hex IDs `ids`) as etcd 3.5 writes it.
+fn assert_etcd35_buckets(
+    e35: &[String],
+    ours: &[String],
+    c: &Cluster,
+    names: &[&str],
+    ids: &[String],
+) {
+    let want: Vec<String> = ours
+        .iter()
+        .map(|row| {
+            let Some(i) = ids
+                .iter()
+                .position(|id| row.starts_with(&format!("members: \"{id}\"")))
+            else {
+                return row.clone();
+            };
+            let m = c
+                .nodes
+                .iter()
+                .find(|m| m.name == names[i])
+                .expect("a member");
+            etcd35_member_record(m, u64::from_str_radix(&ids[i], 16).expect("hex ID"))
+        })
+        .collect();
+    assert_eq!(
+        e35,
+        want.as_slice(),
+        "etcd 3.5's buckets, then what it should hold"
+    );
+}
+
+/// etcd 3.4, etcd 3.5 and ours write the same bytes into the db's membership buckets: after a
+/// learner of ours joins through an etcd follower and is promoted, an etcd member's peer URLs
+/// are updated and a member is removed, the four members' `members`, `members_removed` and
+/// `cluster` buckets are equal key by key and byte by byte; then, with ours leading, the etcd
+/// 3.4 members are removed, the cluster version rises to 3.5, and the etcd 3.5 member and ours
+/// again hold the same bytes.
+#[test]
+fn etcd_34_etcd_35_and_ours_write_the_same_membership_buckets() {
+    let dir = tmp();
+    let e35 = support::etcd35();
+    let mut c = start_mixed(dir.path(), &[ETCD, ETCD, OURS, &e35], FAST);
+    for m in &c.nodes {
+        wait_cluster_version(m, "3.4.0");
+    }
+    // A learner of ours joins and is promoted, both through an etcd 3.4 follower.
+    move_leader(&c, 3);
+    let mut m5 = Node::new_for_join(dir.path(), "m5");
+    let id5 = add_member(&c, 0, &mut m5, OURS, true);
+    c.nodes[3].etcdctl_ok(&["put", "before-m5", "x"]);
+    m5.wait_local("before-m5", "x", Duration::from_secs(30));
+    promote(&c, 0, "m5");
+    c.nodes.push(m5);
+    // m2 (etcd 3.4) gets a second peer URL: a proxy to the same port.
+    let port: u16 = c.nodes[1]
+        .listen_peer
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("m2's peer port");
+    let proxy = cluster_support::Proxy::start(port);
+    let urls = format!(
+        "--peer-urls={},http://127.0.0.1:{}",
+        c.nodes[1].advertise_peer, proxy.port
+    );
+    let id2 = c.member_id_hex("m2");
+    cluster_support::member_change(&c.nodes[2], &["member", "update", &id2, &urls]);
+    // m5 is removed through ours and stops.
+    cluster_support::member_change(&c.nodes[2], &["member", "remove", &id5]);
+    assert!(c.nodes[4].wait_exit(Duration::from_secs(20)).is_some());
+    c.nodes[0].etcdctl_ok(&["put", "after-changes", "x"]);
+    for m in &c.nodes[..4] {
+        m.wait_local("after-changes", "x", Duration::from_secs(10));
+    }
+    // Names and IDs are read before the members stop.
+    let names = ["m1", "m2", "m3", "m4"];
+    let ids = c.member_ids_hex(&names);
+    let (first, rest) = c.nodes.split_at_mut(1);
+    let mut four: Vec<&mut Node> = vec![&mut first[0]];
+    four.extend(rest.iter_mut().take(3));
+    let b = stop_and_read_buckets(&mut four);
+    // etcd 3.4's two members and ours: the same bytes.
+    assert_eq!(b[1], b[0], "m2 (etcd 3.4), then m1 (etcd 3.4)");
+    assert_eq!(b[2], b[0], "m3 (ours), then m1 (etcd 3.4)");
+    let rows = &b[0];
+    assert!(
+        rows.contains(&"cluster: \"clusterVersion\" = \"3.4.0\"".to_string()),
+        "{rows:#?}"
+    );
+    assert!(
+        rows.contains(&format!("members_removed: \"{id5}\" = \"removed\"")),
+        "{rows:#?}"
+    );
+    // m2's record as etcd 3.4 writes it: both URLs, its name and client URLs.
+    let dec2 = u64::from_str_radix(&ids[1], 16).expect("hex ID");
+    let m2 = format!(
+        "{{\"id\":{dec2},\"peerURLs\":[\"{}\",\"http://127.0.0.1:{}\"],\"name\":\"m2\",\"clientURLs\":[\"{}\"]}}",
+        c.nodes[1].advertise_peer, proxy.port, c.nodes[1].client_url
+    );
+    assert!(
+        rows.contains(&format!("members: \"{dec2:x}\" = {m2:?}")),
+        "{rows:#?}"
+    );
+    assert_etcd35_buckets(&b[3], &b[0], &c, &names, &ids);
+
+    // Again, with ours leading: the etcd 3.4 members leave and the version rises to 3.5.
+    for (i, bin) in [ETCD, ETCD, OURS, e35.as_str()].into_iter().enumerate() {
+        c.nodes[i].spawn(bin);
+    }
+    for m in &mut c.nodes[..4] {
+        m.wait_healthy(Duration::from_secs(30));
+    }
+    move_leader(&c, 2);
+    for id in c.member_ids_hex(&["m1", "m2"]) {
+        cluster_support::member_change(&c.nodes[2], &["member", "remove", &id]);
+    }
+    for i in [0, 1] {
+        assert!(c.nodes[i].wait_exit(Duration::from_secs(20)).is_some());
+    }
+    for i in [2, 3] {
+        wait_cluster_version(&c.nodes[i], "3.5.0");
+    }
+    // At 3.5, each member publishes its attributes again as it restarts, and m4 gets a second
+    // peer URL.
+    for (i, bin) in [(3, e35.as_str()), (2, OURS)] {
+        c.nodes[i].stop();
+        c.nodes[i].spawn(bin);
+        c.nodes[i].wait_healthy(Duration::from_secs(30));
+    }
+    let port4: u16 = c.nodes[3]
+        .listen_peer
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("m4's peer port");
+    let proxy4 = cluster_support::Proxy::start(port4);
+    let urls4 = format!(
+        "--peer-urls={},http://127.0.0.1:{}",
+        c.nodes[3].advertise_peer, proxy4.port
+    );
+    let id4 = c.member_id_hex("m4");
+    cluster_support::member_change(&c.nodes[2], &["member", "update", &id4, &urls4]);
+    c.nodes[2].etcdctl_ok(&["put", "at-3.5", "x"]);
+    c.nodes[3].wait_local("at-3.5", "x", Duration::from_secs(10));
+    let names = ["m3", "m4"];
+    let ids = c.member_ids_hex(&names);
+    let (a, rest) = c.nodes.split_at_mut(3);
+    let b = stop_and_read_buckets(&mut [&mut a[2], &mut rest[0]]);
+    let rows = &b[0];
+    assert!(
+        rows.contains(&"cluster: \"clusterVersion\" = \"3.5.0\"".to_string()),
+        "{rows:#?}"
+    );
+    assert_eq!(
+        rows.iter()
+            .filter(|r| r.starts_with("members_removed: "))
+            .count(),
+        3,
+        "{rows:#?}"
+    );
+    assert_etcd35_buckets(&b[1], &b[0], &c, &names, &ids);
+}
+
+/// kill -9 of follower `i` (asserted not to lead) while the writer runs, a pause with the
+/// member down, and its restart with `bin` on the same data dir.
+fn kill_follower(c: &mut Cluster, i: usize, bin: &str) {
+    let leader = c.leader(Duration::from_secs(10));
+    assert_ne!(leader, i, "{} leads: not a follower", c.nodes[i].name);
+    c.nodes[i].kill9();
+    // The others go on without it for a moment (the writer keeps writing).
+    std::thread::sleep(Duration::from_millis(700));
+    c.nodes[i].spawn(bin);
+    c.nodes[i].wait_healthy(Duration::from_secs(30));
+}
+
+/// The index of a running member of `c` that runs `bin` (by `bins`) and does not lead.
+fn follower_of(c: &Cluster, bins: &[&str], bin: &str) -> usize {
+    let leader = c.leader(Duration::from_secs(10));
+    (0..c.nodes.len())
+        .find(|&i| i != leader && bins[i] == bin && c.nodes[i].child.is_some())
+        .unwrap_or_else(|| panic!("no follower runs {bin}"))
+}
+
+/// Adds a voter (`member add` without `--learner`) through `via` and waits until it serves.
+fn add_voter(c: &mut Cluster, via: usize, name: &str, bin: &str, dir: &std::path::Path) {
+    let mut m = Node::new_for_join(dir, name);
+    add_member(c, via, &mut m, bin, false);
+    m.wait_healthy(Duration::from_secs(30));
+    c.nodes.push(m);
+    let list = wait_same_member_lists(c);
+    assert!(
+        list.iter()
+            .any(|l| l.contains(&format!(", started, {name}, ")) && l.ends_with(", false")),
+        "{name} is not a started voter: {list:#?}"
+    );
+}
+
+/// A member of ours joins a running etcd 3.4 cluster as a voter (`member add` without
+/// `--learner`, started with `--initial-cluster-state existing`), under writes; then followers
+/// of both kinds are killed with kill -9 and restarted, under an etcd leader and under ours.
+/// Every acknowledged write is on every member and the hashes are equal.
+#[test]
+fn ours_joins_an_etcd_34_cluster_as_a_voter_and_followers_of_both_kinds_survive_kill_9() {
+    let dir = tmp();
+    let mut c = start_mixed(dir.path(), &[ETCD, ETCD, ETCD], FAST);
+    let writer = writers(&c);
+    move_leader(&c, 0);
+    add_voter(&mut c, 1, "m4", OURS, dir.path());
+    let bins = [ETCD, ETCD, ETCD, OURS];
+    // An etcd leader: our follower, then an etcd follower.
+    move_leader(&c, 0);
+    let i = follower_of(&c, &bins, OURS);
+    kill_follower(&mut c, i, OURS);
+    let i = follower_of(&c, &bins, ETCD);
+    kill_follower(&mut c, i, ETCD);
+    // Our leader: an etcd follower.
+    move_leader(&c, 3);
+    let i = follower_of(&c, &bins, ETCD);
+    kill_follower(&mut c, i, ETCD);
+    std::thread::sleep(Duration::from_millis(500));
+    finish_writes(writer, &c.nodes);
+    assert_hash_equal(&c.nodes.iter().collect::<Vec<_>>());
+}
+
+/// etcd 3.4 and etcd 3.5 members join a cluster of ours as voters through our leader (the
+/// cluster keeps one etcd 3.4 member from its start, so it runs at 3.4 and etcd 3.4 may
+/// join), under writes; then followers of each kind are killed with kill -9 and restarted,
+/// under our leader and under an etcd leader. Every acknowledged write is on every member
+/// and the hashes are equal.
+#[test]
+fn etcd_34_and_35_join_a_cluster_of_ours_as_voters_and_followers_survive_kill_9() {
+    let dir = tmp();
+    let e35 = support::etcd35();
+    let mut c = start_mixed(dir.path(), &[OURS, OURS, ETCD], FAST);
+    let writer = writers(&c);
+    move_leader(&c, 0);
+    add_voter(&mut c, 0, "m4", ETCD, dir.path());
+    add_voter(&mut c, 0, "m5", &e35, dir.path());
+    let bins = [OURS, OURS, ETCD, ETCD, e35.as_str()];
+    // Our leader: each kind's follower.
+    move_leader(&c, 0);
+    for bin in [ETCD, e35.as_str(), OURS] {
+        let i = follower_of(&c, &bins, bin);
+        kill_follower(&mut c, i, bin);
+    }
+    // An etcd 3.4 leader: our follower, and the etcd 3.5 one.
+    move_leader(&c, 3);
+    for bin in [OURS, e35.as_str()] {
+        let i = follower_of(&c, &bins, bin);
+        kill_follower(&mut c, i, bin);
+    }
+    for m in &c.nodes {
+        wait_cluster_version(m, "3.4.0");
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    finish_writes(writer, &c.nodes);
+    assert_hash_equal(&c.nodes.iter().collect::<Vec<_>>());
+}
+
+/// A cluster of ours that ran at 3.5 restarts with an etcd 3.4 member on one of its data dirs,
+/// and the etcd member is elected first (ours wait 5 s before campaigning). etcd 3.4 has not
+/// seen 3.5 (our snapshots leave the version out, it skips our v3 entries), so it answers
+/// `not_decided` and sets the cluster version to 3.4 by itself, and ours apply it; our
+/// followers, which step in only under an etcd 3.4 leader that has decided a lower version
+/// (the rolling swap's case), propose nothing.
+#[test]
+fn an_etcd_34_leader_sets_34_for_a_cluster_of_ours_that_ran_at_35() {
+    let dir = tmp();
+    let mut c = start_mixed(dir.path(), &[OURS, OURS, OURS], FAST);
+    for m in &c.nodes {
+        wait_cluster_version(m, "3.5.0");
+    }
+    c.nodes[0].etcdctl_ok(&["put", "at-3.5", "x"]);
+    c.nodes[1].wait_local("at-3.5", "x", Duration::from_secs(10));
+    // m1 leads and stops last: its log is the longest, so the others vote for it again.
+    move_leader(&c, 0);
+    for i in [1, 2, 0] {
+        c.nodes[i].stop();
+    }
+    // Where m2's log goes on from: what it logs after the restart.
+    let from = std::fs::metadata(c.nodes[1].log_path())
+        .map(|m| m.len() as usize)
+        .unwrap_or(0);
+    c.nodes[0].extra.extend(["--logger".into(), "zap".into()]);
+    c.nodes[0].spawn(ETCD);
+    // All three at once: etcd 3.4 sets 3.0 while a member's version cannot be asked (seen
+    // with one down), then 3.4 once all answer.
+    for i in [1, 2] {
+        c.nodes[i].extra = ["--heartbeat-interval", "50", "--election-timeout", "5000"]
+            .map(String::from)
+            .to_vec();
+        c.nodes[i].spawn(OURS);
+    }
+    for m in &c.nodes {
+        wait_cluster_version(m, "3.4.0");
+    }
+    assert_eq!(
+        c.leader(Duration::from_secs(10)),
+        0,
+        "etcd 3.4 was not elected"
+    );
+    assert!(
+        log_has(
+            &c.nodes[0],
+            "\"msg\":\"setting up initial cluster version\""
+        ),
+        "etcd 3.4 did not set the version; log ends:\n{}",
+        c.nodes[0].log_tail(20)
+    );
+    let after = std::fs::read_to_string(c.nodes[1].log_path()).unwrap_or_default();
+    let after = &after[from.min(after.len())..];
+    // m2 applied what the etcd leader set, and proposed nothing itself.
+    assert!(
+        after.contains("\"msg\":\"updated cluster version\",\"from\":\"3.5.0\""),
+        "{after}"
+    );
+    assert!(!after.contains("\"updating cluster version\""), "{after}");
+    assert!(
+        !after.contains("\"setting up initial cluster version\""),
+        "{after}"
+    );
+    // Every member serves at 3.4, with what was written at 3.5.
+    c.nodes[2].etcdctl_ok(&["put", "at-3.4", "x"]);
+    for m in &c.nodes {
+        m.wait_local("at-3.4", "x", Duration::from_secs(10));
+        assert_eq!(m.local_get("at-3.5").as_deref(), Some("x"), "{}", m.name);
+    }
 }

@@ -433,24 +433,6 @@ fn endpoint_status_and_health_across_the_cluster_and_move_leader() {
     assert!(!bad.status.success());
 }
 
-/// Changes the value of the newest revision in a stopped member's db, behind raft's back.
-fn corrupt_newest_value(db_path: &std::path::Path) {
-    use common::backend::{Db, ReadTxn};
-    use prost::Message;
-    let db = Db::open(db_path).expect("open the member's db");
-    let (k, v) = {
-        let tx = db.begin_read();
-        let mut c = tx.cursor(b"key").expect("key bucket");
-        let (k, v) = c.last().expect("read").expect("a revision");
-        (k.to_vec(), v.to_vec())
-    };
-    let mut kv = proto::mvccpb::KeyValue::decode(v.as_slice()).expect("a key-value");
-    kv.value = b"corrupted".to_vec();
-    let mut tx = db.begin_write().expect("write tx");
-    tx.put(b"key", &k, &kv.encode_to_vec()).expect("put");
-    tx.commit().expect("commit");
-}
-
 #[test]
 fn corruption_is_found_at_start_and_by_the_leaders_periodic_check() {
     let dir = tmp();
@@ -461,7 +443,7 @@ fn corruption_is_found_at_start_and_by_the_leaders_periodic_check() {
     c.nodes[0].etcdctl_ok(&["put", "b", "2"]);
     c.nodes[2].wait_local("b", "2", Duration::from_secs(5));
     c.nodes[2].stop();
-    corrupt_newest_value(&c.nodes[2].data_dir.join("member/snap/db"));
+    cluster_support::corrupt_newest_value(&c.nodes[2]);
 
     // With the initial check, the corrupt member refuses to start.
     c.nodes[2]
@@ -488,7 +470,9 @@ fn corruption_is_found_at_start_and_by_the_leaders_periodic_check() {
         c.nodes[2].log_path().display()
     );
 
-    // Without it, it starts, and the leader's periodic check raises CORRUPT for it.
+    // Without it, it starts, and the leader's periodic check raises CORRUPT. etcd 3.4.23 and
+    // 3.5.16 raise it with member ID 0, not the ID of the member that differs (etcdctl then
+    // prints no memberID), and so does ours: every member stores what the leader proposed.
     c.nodes[2].extra.pop();
     c.nodes[2].spawn(OURS);
     // Not wait_healthy: the leader may raise CORRUPT before m3 first answers a health check,
@@ -499,16 +483,11 @@ fn corruption_is_found_at_start_and_by_the_leaders_periodic_check() {
         assert!(Instant::now() < deadline, "m3 did not start");
         std::thread::sleep(Duration::from_millis(100));
     }
-    let id3 = c.member_id_hex("m3");
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let alarms = c.nodes[0].etcdctl_ok(&["alarm", "list"]);
         if alarms.contains("alarm:CORRUPT") {
-            let dec = u64::from_str_radix(&id3, 16).expect("hex id");
-            assert!(
-                alarms.contains(&format!("memberID:{dec} alarm:CORRUPT")),
-                "{alarms}"
-            );
+            assert_eq!(alarms, "alarm:CORRUPT \n");
             break;
         }
         assert!(Instant::now() < deadline, "no CORRUPT alarm was raised");

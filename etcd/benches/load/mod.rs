@@ -118,12 +118,19 @@ impl Config {
         }
     }
 
+    /// Picks `list` when BENCH_WORKLOADS did not pick any.
+    pub fn default_workloads(&mut self, list: &[&str]) {
+        if self.workloads.is_none() {
+            self.workloads = Some(list.iter().map(|w| w.to_string()).collect());
+        }
+    }
+
     /// Whether the server named `name` ("etcd" or "ours") takes part.
     pub fn runs(&self, name: &str) -> bool {
         self.only.as_deref().is_none_or(|o| o == name)
     }
 
-    fn wants(&self, workload: &str) -> bool {
+    pub fn wants(&self, workload: &str) -> bool {
         self.workloads
             .as_ref()
             .is_none_or(|w| w.iter().any(|x| x == workload))
@@ -347,45 +354,81 @@ impl Measured {
     }
 }
 
-/// The table both benchmarks print: etcd, ours, ours/etcd and the target.
-#[derive(Default)]
+/// A column of the table: its heading, and the tag its ratio to the first column is shown
+/// under (`<tag>/etcd`).
+#[derive(Clone, Copy)]
+pub struct Column {
+    pub heading: &'static str,
+    pub tag: &'static str,
+}
+
+/// The columns of the usual table: etcd 3.4, then ours.
+pub const ETCD_AND_OURS: [Column; 2] = [
+    Column {
+        heading: "etcd 3.4",
+        tag: "etcd",
+    },
+    Column {
+        heading: "etcd-rs",
+        tag: "ours",
+    },
+];
+
+/// The table the benchmarks print: a value per column (etcd 3.4 first), each later column's
+/// ratio to the first, and the target (for ours/etcd).
 pub struct Table {
     cluster: bool,
-    rows: Vec<(String, [f64; 2], &'static str)>,
-    cpu: Vec<(String, [f64; 2])>,
+    columns: Vec<Column>,
+    rows: Vec<(String, Vec<f64>, &'static str)>,
+    cpu: Vec<(String, Vec<f64>)>,
     errors: Vec<String>,
 }
 
 impl Table {
-    pub fn row(&mut self, label: impl Into<String>, values: [f64; 2], target: &'static str) {
+    pub fn new(columns: impl IntoIterator<Item = Column>, cluster: bool) -> Table {
+        Table {
+            cluster,
+            columns: columns.into_iter().collect(),
+            rows: Vec::new(),
+            cpu: Vec::new(),
+            errors: Vec::new(),
+        }
+    }
+
+    pub fn row(&mut self, label: impl Into<String>, values: Vec<f64>, target: &'static str) {
         self.rows.push((label.into(), values, target));
     }
 
-    fn add(&mut self, workload: &str, m: [Measured; 2]) {
-        let labels = if m[0].rows.len() >= m[1].rows.len() {
-            &m[0]
-        } else {
-            &m[1]
+    /// One workload's measures, one per column (in column order).
+    pub fn add(&mut self, workload: &str, m: &[Measured]) {
+        let Some(labels) = m.iter().max_by_key(|x| x.rows.len()) else {
+            return;
         };
         for (i, (label, _, target)) in labels.rows.iter().enumerate() {
-            let v = |k: usize| m[k].rows.get(i).map(|r| r.1).unwrap_or(0.0);
-            self.rows.push((label.clone(), [v(0), v(1)], target));
+            let v = m
+                .iter()
+                .map(|x| x.rows.get(i).map(|r| r.1).unwrap_or(0.0))
+                .collect();
+            self.rows.push((label.clone(), v, target));
         }
-        let labels = if m[0].cpu.len() >= m[1].cpu.len() {
-            &m[0]
-        } else {
-            &m[1]
+        let Some(labels) = m.iter().max_by_key(|x| x.cpu.len()) else {
+            return;
         };
         for (i, (label, _)) in labels.cpu.iter().enumerate() {
-            let v = |k: usize| m[k].cpu.get(i).map(|r| r.1).unwrap_or(0.0);
-            self.cpu.push((label.clone(), [v(0), v(1)]));
+            let v = m
+                .iter()
+                .map(|x| x.cpu.get(i).map(|r| r.1).unwrap_or(0.0))
+                .collect();
+            self.cpu.push((label.clone(), v));
         }
-        for (k, (name, _)) in SERVERS.iter().enumerate() {
-            if m[k].errors > 0 {
+        for (k, col) in self.columns.iter().enumerate() {
+            let Some(x) = m.get(k) else { continue };
+            if x.errors > 0 {
                 self.errors.push(format!(
-                    "{workload} on {name}: {} failed requests, first: {}",
-                    m[k].errors,
-                    m[k].first_error.as_deref().unwrap_or("?")
+                    "{workload} on {}: {} failed requests, first: {}",
+                    col.heading,
+                    x.errors,
+                    x.first_error.as_deref().unwrap_or("?")
                 ));
             }
         }
@@ -393,19 +436,28 @@ impl Table {
 
     pub fn print(&self, title: &str) {
         println!("{title}");
-        let line = |label: &str, v: [f64; 2], target: &str| {
-            let ratio = if v[0] > 0.0 { v[1] / v[0] } else { 0.0 };
-            println!(
-                "{label:<54} {:>14.2} {:>14.2} {ratio:>9.2} {target:>8}",
-                v[0], v[1]
-            );
+        let line = |label: &str, v: &[f64], target: &str| {
+            let mut out = format!("{label:<54}");
+            for x in v {
+                out.push_str(&format!(" {x:>14.2}"));
+            }
+            let base = v.first().copied().unwrap_or(0.0);
+            for x in v.iter().skip(1) {
+                let ratio = if base > 0.0 { x / base } else { 0.0 };
+                out.push_str(&format!(" {ratio:>9.2}"));
+            }
+            println!("{out} {target:>8}");
         };
-        println!(
-            "{:<54} {:>14} {:>14} {:>9} {:>8}",
-            "", "etcd 3.4", "etcd-rs", "ours/etcd", "target"
-        );
+        let mut head = format!("{:<54}", "");
+        for c in &self.columns {
+            head.push_str(&format!(" {:>14}", c.heading));
+        }
+        for c in self.columns.iter().skip(1) {
+            head.push_str(&format!(" {:>9}", format!("{}/etcd", c.tag)));
+        }
+        println!("{head} {:>8}", "target");
         for (label, v, target) in &self.rows {
-            line(label, *v, target);
+            line(label, v, target);
         }
         let members = if self.cluster {
             ", summed over the members"
@@ -414,13 +466,18 @@ impl Table {
         };
         println!("server CPU µs per op (utime+stime{members})");
         for (label, v) in &self.cpu {
-            line(label, *v, "≤ 0.5");
+            line(label, v, "≤ 0.5");
         }
         for e in &self.errors {
             println!("errors: {e}");
         }
     }
 }
+
+/// Every workload, in the order the suite runs them.
+pub const WORKLOADS: [&str; 11] = [
+    "keys", "put1", "get1", "put64", "txn", "range", "prefix", "watch", "progress", "db", "compact",
+];
 
 /// Runs every workload the config asks for on both targets (a missing target leaves zeros).
 pub fn run_suite(
@@ -429,29 +486,42 @@ pub fn run_suite(
     targets: &[Option<Target>; 2],
     cluster: bool,
 ) -> Table {
-    let mut table = Table {
-        cluster,
-        ..Table::default()
-    };
-    let workloads = [
-        "keys", "put1", "get1", "put64", "txn", "range", "prefix", "watch", "progress", "db",
-        "compact",
-    ];
-    for (k, w) in workloads.iter().enumerate() {
+    let mut table = Table::new(ETCD_AND_OURS, cluster);
+    for (k, w) in WORKLOADS.iter().enumerate() {
         if !cfg.wants(w) {
             continue;
         }
         let mut out: [Measured; 2] = Default::default();
-        let order = if k % 2 == 0 { [0, 1] } else { [1, 0] };
-        for i in order {
+        for i in run_order(k, 2) {
             if let Some(t) = &targets[i] {
-                eprintln!("bench: {w} on {}", t.name);
-                out[i] = rt.block_on(workload(w, t, cfg, cluster));
+                out[i] = measure(rt, w, t, cfg, cluster);
             }
         }
-        table.add(w, out);
+        table.add(w, &out);
     }
     table
+}
+
+/// The order the `n` targets take workload number `k` in: alternating, so that no target
+/// always goes first (or last) on a machine whose load drifts.
+pub fn run_order(k: usize, n: usize) -> Vec<usize> {
+    if k.is_multiple_of(2) {
+        (0..n).collect()
+    } else {
+        (0..n).rev().collect()
+    }
+}
+
+/// Runs workload `w` (one of WORKLOADS) on target `t`.
+pub fn measure(
+    rt: &tokio::runtime::Runtime,
+    w: &str,
+    t: &Target,
+    cfg: &Config,
+    cluster: bool,
+) -> Measured {
+    eprintln!("bench: {w} on {}", t.name);
+    rt.block_on(workload(w, t, cfg, cluster))
 }
 
 async fn workload(w: &str, t: &Target, cfg: &Config, cluster: bool) -> Measured {

@@ -215,7 +215,7 @@ pub fn apply_normal(
                     Err(error::NOT_CAPABLE)
                 } else {
                     if alarms.activate(&mut w, m) {
-                        tracing::warn!(member = %crate::membership::id_hex(a.member_id), alarm = a.alarm, "alarm raised");
+                        tracing::warn!(alarm = alarm_name(a.alarm), from = %crate::transport::wire::id_path(a.member_id), "alarm raised");
                     }
                     Ok(Applied::Alarm(AlarmResponse {
                         header: None,
@@ -226,7 +226,7 @@ pub fn apply_normal(
             Ok(AlarmAction::Deactivate) => {
                 let was = alarms.deactivate(&mut w, &m);
                 if was {
-                    tracing::info!(member = %crate::membership::id_hex(a.member_id), alarm = a.alarm, "alarm disarmed");
+                    tracing::info!(alarm = alarm_name(a.alarm), from = %crate::transport::wire::id_path(a.member_id), "alarm disarmed");
                 }
                 Ok(Applied::Alarm(AlarmResponse {
                     header: None,
@@ -521,4 +521,9 @@ pub fn apply_member_change(store: &KvStore, e: &Entry, change: &MemberChange) {
     if let Err(err) = w.end(e.index, e.term) {
         tracing::error!(error = %err, "failed to persist a membership change");
     }
+}
+
+/// An alarm's name as etcd logs it ("CORRUPT", "NOSPACE").
+fn alarm_name(alarm: i32) -> &'static str {
+    AlarmType::try_from(alarm).map_or("UNKNOWN", |a| a.as_str_name())
 }

@@ -221,39 +221,62 @@ pub async fn fetch_cluster(cfg: &Config) -> Result<Joined, BootError> {
     )))
 }
 
-/// etcd's check before joining: no running member's cluster version is one this member
-/// cannot serve (above its own major.minor, or not decided yet).
+/// etcd's check before joining, as etcd 3.4.23 and 3.5.16 were seen to make it (fake peers
+/// answering `/version`, docs/RAFTHTTP.md §14.2): each other member is asked its cluster
+/// version; one that cannot be asked, or answers a version that does not parse (`not_decided`
+/// while the cluster has not decided yet), is skipped with a warning; one whose version this
+/// member cannot run at (above its own major.minor) refuses the join at once; and the join is
+/// refused too unless at least one member answered a version this member can run at.
 async fn check_cluster_versions(
     http: &crate::transport::client::PeerHttp,
     members: &[Member],
     mine: &BTreeSet<String>,
 ) -> Result<(), BootError> {
+    use crate::transport::wire::id_path;
+    let refused = || BootError::Config("incompatible with current running cluster".into());
     let ours = crate::transport::server::parse_version(crate::version::ETCD_VERSION);
+    let mut compatible = false;
     for m in members {
         if m.peer_urls.iter().any(|u| mine.contains(u)) {
             continue;
         }
-        let Ok((_, cluster)) = crate::transport::forward::version(http, &m.peer_urls).await else {
-            // A member that does not answer is not checked, as etcd.
+        let cluster = match crate::transport::forward::version(http, &m.peer_urls).await {
+            Ok((_, cluster)) => cluster,
+            Err(e) => {
+                tracing::warn!(remote_member_id = %id_path(m.id), error = %e, "failed to get version");
+                continue;
+            }
+        };
+        let Some(c) = crate::transport::server::parse_version(&cluster) else {
+            tracing::warn!(
+                remote_member_id = %id_path(m.id),
+                remote_member_cluster_version = %cluster,
+                error = %format!("{cluster} is not in dotted-tri format"),
+                "failed to parse cluster version of remote member"
+            );
             continue;
         };
-        let ok = match (crate::transport::server::parse_version(&cluster), ours) {
-            (Some(c), Some(o)) => (c.0, c.1) <= (o.0, o.1),
-            _ => false,
-        };
-        if !ok {
+        if ours.is_none_or(|o| (c.0, c.1) > (o.0, o.1)) {
             tracing::error!(
-                remote_member_id = %crate::membership::id_hex(m.id),
+                remote_member_id = %id_path(m.id),
                 remote_member_cluster_version = %cluster,
                 local_member_server_version = crate::version::ETCD_VERSION,
-                "cluster version of remote member is not compatible"
+                "cluster version of remote member is not compatible; too high"
             );
-            return Err(BootError::Config(
-                "incompatible with current running cluster".into(),
-            ));
+            return Err(refused());
         }
+        if c < (3, 0, 0) {
+            tracing::error!(
+                remote_member_id = %id_path(m.id),
+                remote_member_cluster_version = %cluster,
+                minimum_cluster_version_supported = crate::transport::wire::MIN_CLUSTER_VERSION,
+                "cluster version of remote member is not compatible; too low"
+            );
+            return Err(refused());
+        }
+        compatible = true;
     }
-    Ok(())
+    if compatible { Ok(()) } else { Err(refused()) }
 }
 
 pub fn boot(cfg: &Config, joined: Option<Joined>) -> Result<Booted, BootError> {

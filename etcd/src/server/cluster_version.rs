@@ -100,10 +100,18 @@ async fn decide(server: &EtcdServer) -> Option<String> {
     Some(format!("{}.{}.0", lowest.0, lowest.1))
 }
 
-/// Whether the leader is a member below 3.5 (etcd 3.4) while the cluster version is 3.5 or
-/// more: such a leader will not lower it.
+/// Whether the leader is a member below 3.5 (etcd 3.4) that will leave the cluster version at
+/// 3.5 or more: one whose own view of the version is decided and lower than ours. That is an
+/// etcd 3.4 member restarted on a data dir it once ran on: it replays its old v2 entries (a
+/// version of 3.4) and skips our v3 entries that raised it to 3.5, and being decided it only
+/// ever raises. An etcd 3.4 leader whose view is undecided (`not_decided`: started on a dir of
+/// ours, whose snapshots leave the version out) sets the version itself at once, as etcd
+/// does for a new cluster, so nothing is proposed then (docs/RAFTHTTP.md §14.3).
 async fn leader_keeps_too_high(server: &EtcdServer) -> bool {
-    if !at_least(&server.cluster_version(), (3, 5)) {
+    let Some(ours) = major_minor(&server.cluster_version()) else {
+        return false;
+    };
+    if ours < (3, 5) {
         return false;
     }
     let leader = server.leader();
@@ -111,7 +119,10 @@ async fn leader_keeps_too_high(server: &EtcdServer) -> bool {
         return false;
     };
     match crate::transport::forward::version(server.transport().http(), &m.peer_urls).await {
-        Ok((sv, _)) => major_minor(&sv).is_some_and(|v| v < (3, 5)),
+        Ok((sv, cluster)) => {
+            major_minor(&sv).is_some_and(|v| v < (3, 5))
+                && major_minor(&cluster).is_some_and(|c| c < ours)
+        }
         Err(_) => false,
     }
 }
@@ -140,9 +151,13 @@ async fn set(server: &EtcdServer, current: &str, ver: String) {
 }
 
 /// Every member's loop: the leader decides the cluster version as members come and go and
-/// their versions change. A follower steps in only to lower it to 3.4 when the leader is an
-/// etcd 3.4 member, which never lowers it (it only raises), so that a cluster of ours being
-/// rolled back to etcd 3.4 does not stay at 3.5 because a 3.4 member won an election.
+/// their versions change. A follower steps in only to lower it to 3.4 under an etcd 3.4 leader
+/// that sees 3.4 already while ours see 3.5 (see `leader_keeps_too_high`): that leader never
+/// proposes a version (it only raises a decided one), and without this a cluster of ours
+/// rolled back to etcd 3.4 would stay at 3.5 in our members' view (tests/mixed_cluster.rs
+/// rolling_swap_of_an_etcd_cluster_to_ours_and_back_under_writes fails so). etcd's own
+/// followers never propose one: an etcd member never needs this, as no etcd leader holds a
+/// lower version than its followers.
 pub async fn monitor(server: Arc<EtcdServer>) {
     loop {
         // Every MONITOR, at once after this member's election, and more often while the

@@ -152,7 +152,11 @@ impl PeerHttp {
     /// A new HTTP/1.1 connection to `url`, its driver running on the runtime.
     pub async fn connect(&self, url: &str) -> Result<SendRequest<Body>, DialError> {
         let io = self.dial(url).await?;
-        let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+        // Header names as Go writes them (X-Etcd-Cluster-Id, X-Peerurls): receivers must not
+        // care, but captures then read the same as etcd's.
+        let (send, conn) = hyper::client::conn::http1::Builder::new()
+            .title_case_headers(true)
+            .handshake(TokioIo::new(io))
             .await
             .map_err(|source| DialError::Http {
                 url: url.to_string(),
@@ -170,10 +174,8 @@ impl PeerHttp {
         base: &str,
         mut req: http::Request<Body>,
     ) -> Result<http::Response<hyper::body::Incoming>, DialError> {
-        let (_, _, host) = split_url(base)?;
-        if let Ok(v) = http::HeaderValue::from_str(&host) {
-            req.headers_mut().insert(http::header::HOST, v);
-        }
+        split_url(base)?;
+        set_host(&mut req, base);
         let reused = {
             let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
             let list = idle.entry(base.to_string()).or_default();
@@ -220,7 +222,47 @@ impl PeerHttp {
     }
 }
 
-/// A request with the headers etcd puts on raft traffic.
+/// What etcd 3.4 and 3.5 send as User-Agent on every peer request (Go's HTTP client).
+pub const USER_AGENT: &str = "Go-http-client/1.1";
+
+/// Sets the request's Host to `url`'s authority, as the first header (Go writes Host first).
+pub fn set_host(req: &mut http::Request<Body>, url: &str) {
+    let Some(host) = url.split("://").nth(1).and_then(|r| r.split('/').next()) else {
+        return;
+    };
+    let Ok(v) = http::HeaderValue::from_str(host) else {
+        return;
+    };
+    let rest = std::mem::take(req.headers_mut());
+    req.headers_mut().insert(http::header::HOST, v);
+    req.headers_mut().extend(rest);
+}
+
+/// User-Agent, then Content-Length when a body has a known size (and on any POST, as Go),
+/// then Content-Type: the order Go's client writes them in. A body of unknown size goes
+/// chunked, as etcd sends a snapshot.
+fn base_request(
+    method: http::Method,
+    path: &str,
+    content_type: Option<&str>,
+    body: &Body,
+) -> http::request::Builder {
+    let mut b = http::Request::builder()
+        .header(http::header::USER_AGENT, USER_AGENT)
+        .uri(path);
+    if let Some(n) = http_body::Body::size_hint(body).exact()
+        && (n > 0 || method == http::Method::POST)
+    {
+        b = b.header(http::header::CONTENT_LENGTH, n);
+    }
+    if let Some(ct) = content_type {
+        b = b.header(http::header::CONTENT_TYPE, ct);
+    }
+    b.method(method)
+}
+
+/// A request with the headers etcd puts on raft traffic, in the order etcd writes them
+/// (sorted, after the ones Go's client puts first); X-Raft-To only on stream dials.
 pub fn raft_request(
     me: &Identity,
     method: http::Method,
@@ -229,22 +271,16 @@ pub fn raft_request(
     content_type: Option<&str>,
     body: Body,
 ) -> http::Request<Body> {
-    let mut b = http::Request::builder()
-        .method(method)
-        .uri(path)
-        .header("user-agent", "etcd-rs")
+    let mut b = base_request(method, path, content_type, &body)
         .header(H_CLUSTER_ID, id_path(me.cluster_id))
         .header(H_MIN_CLUSTER_VERSION, MIN_CLUSTER_VERSION)
-        .header(H_PEER_URLS, me.peer_urls.join(","))
-        .header(H_SERVER_FROM, id_path(me.member_id))
-        .header(H_SERVER_VERSION, me.server_version);
+        .header(H_PEER_URLS, me.peer_urls.join(","));
     if let Some(to) = to {
         b = b.header(super::wire::H_RAFT_TO, id_path(to));
     }
-    if let Some(ct) = content_type {
-        b = b.header(http::header::CONTENT_TYPE, ct);
-    }
-    b.body(body)
+    b.header(H_SERVER_FROM, id_path(me.member_id))
+        .header(H_SERVER_VERSION, me.server_version)
+        .body(body)
         .unwrap_or_else(|_| unreachable!("static header names and valid values"))
 }
 
@@ -255,14 +291,8 @@ pub fn plain_request(
     content_type: Option<&str>,
     body: Body,
 ) -> http::Request<Body> {
-    let mut b = http::Request::builder()
-        .method(method)
-        .uri(path)
-        .header("user-agent", "etcd-rs");
-    if let Some(ct) = content_type {
-        b = b.header(http::header::CONTENT_TYPE, ct);
-    }
-    b.body(body)
+    base_request(method, path, content_type, &body)
+        .body(body)
         .unwrap_or_else(|_| unreachable!("static header names and valid values"))
 }
 

@@ -9,6 +9,7 @@ pub mod client;
 pub mod forward;
 pub mod peer;
 pub mod peer_tls;
+pub mod refusals;
 pub mod server;
 pub mod snapshot;
 pub mod wire;
@@ -63,6 +64,7 @@ pub struct Transport {
     rt: tokio::runtime::Handle,
     peers: Mutex<HashMap<u64, Arc<Peer>>>,
     dropped: AtomicU64,
+    refusals: refusals::Refusals,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -94,6 +96,7 @@ impl Transport {
             rt,
             peers: Mutex::new(HashMap::new()),
             dropped: AtomicU64::new(0),
+            refusals: refusals::Refusals::default(),
         }
     }
 
@@ -104,6 +107,11 @@ impl Transport {
     /// The HTTP client to peers (for membership, lease and hash requests).
     pub fn http(&self) -> &Arc<PeerHttp> {
         &self.ctx.http
+    }
+
+    /// The refusals the peer port has logged (each peer and reason once).
+    pub fn refusals(&self) -> &refusals::Refusals {
+        &self.refusals
     }
 
     /// The headers raft requests carry for this member.

@@ -316,11 +316,7 @@ async fn read_once(
         None,
         client::empty(),
     );
-    if let Some(host) = url.split("://").nth(1).and_then(|r| r.split('/').next())
-        && let Ok(v) = http::HeaderValue::from_str(host)
-    {
-        req.headers_mut().insert(http::header::HOST, v);
-    }
+    client::set_host(&mut req, url);
     let resp = tokio::time::timeout(STREAM_IDLE, send.send_request(req))
         .await
         .map_err(|_| Refused::Retry("timed out waiting for the stream's answer".into()))?

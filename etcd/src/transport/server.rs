@@ -26,7 +26,7 @@ use super::wire::{
 };
 use crate::error;
 use crate::listener::Listener;
-use crate::membership::{Member, id_hex};
+use crate::membership::Member;
 use proto::etcdserverpb::HashKvResponse;
 
 /// What the peer port needs of the member it serves. The server implements it; the transport
@@ -162,15 +162,41 @@ fn version_ok(req: &http::Request<Incoming>) -> bool {
     }
 }
 
+/// Who sent `req`: its `X-Server-From`, else its address (refusals are logged once per
+/// peer and reason).
+fn peer_name(req: &http::Request<Incoming>, remote: &str) -> String {
+    match header(req, H_SERVER_FROM) {
+        Some(from) if !from.is_empty() => from.to_string(),
+        _ => super::refusals::host_of(remote).to_string(),
+    }
+}
+
 /// The checks every raft request passes (§2.4), after the method: version, then cluster ID.
-fn check_raft<H: PeerHost>(server: &H, req: &http::Request<Incoming>) -> Result<(), Box<Resp>> {
+/// Each refusal is logged with etcd's message, once per peer and reason.
+fn check_raft<H: PeerHost>(
+    server: &H,
+    req: &http::Request<Incoming>,
+    remote: &str,
+) -> Result<(), Box<Resp>> {
     let cid = server.cluster_id();
+    let once = |reason: &str| {
+        server
+            .transport()
+            .refusals()
+            .first(&peer_name(req, remote), reason)
+    };
     if !version_ok(req) {
-        tracing::warn!(
-            remote_peer_server_version = header(req, H_SERVER_VERSION).unwrap_or(""),
-            remote_peer_id = header(req, H_SERVER_FROM).unwrap_or(""),
-            "failed to check version compatibility"
-        );
+        let theirs = header(req, H_SERVER_VERSION).unwrap_or("");
+        let min = header(req, H_MIN_CLUSTER_VERSION).unwrap_or("");
+        if once(&format!("version {theirs} {min}")) {
+            tracing::warn!(
+                local_member_id = %id_path(server.member_id()),
+                remote_peer_server_version = theirs,
+                remote_peer_server_minimum_cluster_version = min,
+                remote_peer_id = header(req, H_SERVER_FROM).unwrap_or(""),
+                "failed to check version compatibility"
+            );
+        }
         return Err(Box::new(text_error(
             StatusCode::PRECONDITION_FAILED,
             "incompatible version",
@@ -179,12 +205,16 @@ fn check_raft<H: PeerHost>(server: &H, req: &http::Request<Incoming>) -> Result<
     }
     let theirs = header(req, H_CLUSTER_ID).and_then(|s| u64::from_str_radix(s, 16).ok());
     if theirs != Some(cid) {
-        tracing::warn!(
-            local_member_cluster_id = %id_hex(cid),
-            remote_peer_cluster_id = header(req, H_CLUSTER_ID).unwrap_or(""),
-            remote_peer_id = header(req, H_SERVER_FROM).unwrap_or(""),
-            "request cluster ID mismatch"
-        );
+        let given = header(req, H_CLUSTER_ID).unwrap_or("");
+        if once(&format!("cluster {given}")) {
+            tracing::warn!(
+                local_member_id = %id_path(server.member_id()),
+                local_member_cluster_id = %id_path(cid),
+                remote_peer_cluster_id = given,
+                remote_peer_id = header(req, H_SERVER_FROM).unwrap_or(""),
+                "request cluster ID mismatch"
+            );
+        }
         return Err(Box::new(text_error(
             StatusCode::PRECONDITION_FAILED,
             "cluster ID mismatch",
@@ -218,6 +248,27 @@ async fn read_all(body: Incoming, max: usize) -> Result<Bytes, ()> {
     Ok(out.freeze())
 }
 
+/// Reads a lease or hash request's body (a few bytes in etcd's requests). One that cannot be
+/// read or is too large is answered as etcd answers an unreadable body, and logged once per
+/// peer and path (etcd has no bound and logs nothing: it read a 200 MiB `/leases` body).
+async fn read_small(
+    body: Incoming,
+    refusals: &super::refusals::Refusals,
+    peer: &str,
+    path: &str,
+) -> Result<Bytes, ()> {
+    let read = read_all(body, MAX_SMALL_BODY).await;
+    if read.is_err() && refusals.first(peer, &format!("read body {path}")) {
+        tracing::warn!(
+            remote_peer = peer,
+            path,
+            max_bytes = MAX_SMALL_BODY,
+            "failed to read the request body (unreadable, or larger than allowed)"
+        );
+    }
+    read
+}
+
 /// Reads and drops what is left of a refused body, within bounds.
 async fn drain(mut body: Incoming) {
     let mut left = DRAIN_MAX;
@@ -242,33 +293,54 @@ pub fn members_json(members: &[Member]) -> String {
 }
 
 /// Answers one request on the peer port.
-pub async fn handle<H: PeerHost>(server: Arc<H>, req: http::Request<Incoming>) -> Resp {
+/// `remote` is the connection's address, naming a peer that sends no `X-Server-From`.
+pub async fn handle<H: PeerHost>(
+    server: Arc<H>,
+    req: http::Request<Incoming>,
+    remote: &str,
+) -> Resp {
     let path = req.uri().path().to_string();
     let cid = server.cluster_id();
+    let me = server.member_id();
+    let refusals = server.transport().refusals();
+    let peer = peer_name(&req, remote);
     match path.as_str() {
         "/raft" => {
             if req.method() != Method::POST {
                 return method_not_allowed(Some("POST"));
             }
-            if let Err(r) = check_raft(&*server, &req) {
+            if let Err(r) = check_raft(&*server, &req, remote) {
                 return *r;
             }
             let Ok(body) = read_all(req.into_body(), MAX_BODY).await else {
+                if refusals.first(&peer, "read raft message") {
+                    tracing::warn!(local_member_id = %id_path(me), remote_peer_id = %peer, max_bytes = MAX_BODY, "failed to read Raft message");
+                }
                 return text_error(
                     StatusCode::BAD_REQUEST,
                     "error reading raft message",
                     Some(cid),
                 );
             };
-            let Ok(m) = Message::decode(body) else {
-                return text_error(
-                    StatusCode::BAD_REQUEST,
-                    "error unmarshalling raft message",
-                    Some(cid),
-                );
+            let m = match Message::decode(body) {
+                Ok(m) => m,
+                Err(e) => {
+                    if refusals.first(&peer, "unmarshal raft message") {
+                        tracing::warn!(local_member_id = %id_path(me), remote_peer_id = %peer, error = %e, "failed to unmarshal Raft message");
+                    }
+                    return text_error(
+                        StatusCode::BAD_REQUEST,
+                        "error unmarshalling raft message",
+                        Some(cid),
+                    );
+                }
             };
             if server.is_removed(m.from) {
-                tracing::warn!(remote_peer_id = %id_hex(m.from), "cannot process message from removed member");
+                // etcd logs these two lines for each message; we log them once per member.
+                if refusals.first(&id_path(m.from), "raft message from removed member") {
+                    tracing::warn!(local_member_id = %id_path(me), removed_member_id = %id_path(m.from), "rejected Raft message from removed member");
+                    tracing::warn!(local_member_id = %id_path(me), error = "cannot process message from removed member", "failed to process Raft message");
+                }
                 return text_error(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "error processing raft message",
@@ -287,13 +359,16 @@ pub async fn handle<H: PeerHost>(server: Arc<H>, req: http::Request<Incoming>) -
             if req.method() != Method::POST {
                 return method_not_allowed(Some("POST"));
             }
-            if let Err(r) = check_raft(&*server, &req) {
+            if let Err(r) = check_raft(&*server, &req, remote) {
                 return *r;
             }
             let from = header(&req, H_SERVER_FROM)
                 .and_then(|s| u64::from_str_radix(s, 16).ok())
                 .unwrap_or(0);
             if server.is_removed(from) {
+                if refusals.first(&peer, "snapshot from removed member") {
+                    tracing::warn!(remote_peer_id = %id_path(from), error = "removed member", "refused a snapshot");
+                }
                 return text_error(StatusCode::GONE, "removed member", Some(cid));
             }
             let s = server.clone();
@@ -307,7 +382,9 @@ pub async fn handle<H: PeerHost>(server: Arc<H>, req: http::Request<Incoming>) -
                     )
                 }
                 Err(super::snapshot::Refusal(status, msg)) => {
-                    tracing::warn!(remote_peer_id = %id_hex(from), error = %msg, "refused a snapshot");
+                    if refusals.first(&peer, &format!("snapshot {msg}")) {
+                        tracing::warn!(remote_peer_id = %id_path(from), error = %msg, "refused a snapshot");
+                    }
                     text_error(status, &msg, Some(cid))
                 }
             }
@@ -319,7 +396,7 @@ pub async fn handle<H: PeerHost>(server: Arc<H>, req: http::Request<Incoming>) -
                 client::full(format!("{{\"OK\":true,\"Now\":\"{now}\"}}\n")),
             )
         }
-        p if p.starts_with("/raft/stream/") => stream(server, req).await,
+        p if p.starts_with("/raft/stream/") => stream(server, req, remote).await,
         "/members" => {
             if req.method() != Method::GET {
                 return method_not_allowed(Some("GET"));
@@ -350,14 +427,14 @@ pub async fn handle<H: PeerHost>(server: Arc<H>, req: http::Request<Incoming>) -
             if req.method() != Method::GET {
                 return method_not_allowed(Some("GET"));
             }
-            hashkv(server, req).await
+            hashkv(server, req, &peer).await
         }
         "/leases" => {
             if req.method() != Method::POST {
                 return method_not_allowed(None);
             }
-            let Ok(body) = read_all(req.into_body(), MAX_SMALL_BODY).await else {
-                return text_error(StatusCode::BAD_REQUEST, "error reading request", None);
+            let Ok(body) = read_small(req.into_body(), refusals, &peer, &path).await else {
+                return text_error(StatusCode::BAD_REQUEST, "error reading body", None);
             };
             let Ok(r) = LeaseKeepAliveRequest::decode(body) else {
                 return text_error(StatusCode::BAD_REQUEST, "error unmarshalling request", None);
@@ -381,8 +458,8 @@ pub async fn handle<H: PeerHost>(server: Arc<H>, req: http::Request<Incoming>) -
             if req.method() != Method::POST {
                 return method_not_allowed(None);
             }
-            let Ok(body) = read_all(req.into_body(), MAX_SMALL_BODY).await else {
-                return text_error(StatusCode::BAD_REQUEST, "error reading request", None);
+            let Ok(body) = read_small(req.into_body(), refusals, &peer, &path).await else {
+                return text_error(StatusCode::BAD_REQUEST, "error reading body", None);
             };
             let r = match proto::leasepb::LeaseInternalRequest::decode(body) {
                 Ok(r) => r.lease_time_to_live_request.unwrap_or_default(),
@@ -473,11 +550,13 @@ fn promote_error(e: error::Error) -> (StatusCode, &'static str) {
 }
 
 /// `GET /members/hashkv` with `{"revision":N}`: this member's HashKV as etcd's JSON.
-async fn hashkv<H: PeerHost>(server: Arc<H>, req: http::Request<Incoming>) -> Resp {
+/// Its errors carry no cluster ID, as etcd's (only a 200 does).
+async fn hashkv<H: PeerHost>(server: Arc<H>, req: http::Request<Incoming>, peer: &str) -> Resp {
     let cid = server.cluster_id();
-    let bad = |m: &str| text_error(StatusCode::BAD_REQUEST, m, Some(cid));
-    let Ok(body) = read_all(req.into_body(), MAX_SMALL_BODY).await else {
-        return bad("error reading request");
+    let bad = |m: &str| text_error(StatusCode::BAD_REQUEST, m, None);
+    let refusals = server.transport().refusals();
+    let Ok(body) = read_small(req.into_body(), refusals, peer, "/members/hashkv").await else {
+        return bad("error reading body");
     };
     #[derive(serde::Deserialize)]
     struct Ask {
@@ -506,14 +585,17 @@ async fn hashkv<H: PeerHost>(server: Arc<H>, req: http::Request<Incoming>) -> Re
 
 /// `GET /raft/stream/<type>/<from>`: after the checks, the peer gets a never-ending chunked
 /// answer into which its messages are written.
-async fn stream<H: PeerHost>(server: Arc<H>, req: http::Request<Incoming>) -> Resp {
+async fn stream<H: PeerHost>(server: Arc<H>, req: http::Request<Incoming>, remote: &str) -> Resp {
     let cid = server.cluster_id();
+    let me = id_path(server.member_id());
     if req.method() != Method::GET {
         return method_not_allowed(Some("GET"));
     }
-    if let Err(r) = check_raft(&*server, &req) {
+    if let Err(r) = check_raft(&*server, &req, remote) {
         return *r;
     }
+    let refusals = server.transport().refusals();
+    let name = peer_name(&req, remote);
     let rest = &req.uri().path()["/raft/stream/".len()..];
     let Some((kind, from)) = rest
         .split_once('/')
@@ -521,18 +603,34 @@ async fn stream<H: PeerHost>(server: Arc<H>, req: http::Request<Incoming>) -> Re
     else {
         return text_error(StatusCode::NOT_FOUND, "invalid path", Some(cid));
     };
-    let Ok(from) = u64::from_str_radix(from, 16) else {
-        return text_error(StatusCode::NOT_FOUND, "invalid from", Some(cid));
+    let from = match u64::from_str_radix(from, 16) {
+        Ok(id) => id,
+        Err(e) => {
+            if refusals.first(&name, &format!("stream path {from}")) {
+                tracing::warn!(local_member_id = %me, path = from, error = %e, "failed to parse path into ID");
+            }
+            return text_error(StatusCode::NOT_FOUND, "invalid from", Some(cid));
+        }
     };
+    // Refusals below name the peer by the stream's sender.
+    let from_hex = id_path(from);
     if server.is_removed(from) {
-        tracing::warn!(remote_peer_id = %id_hex(from), "rejected stream from removed member");
+        if refusals.first(&from_hex, "stream from removed member") {
+            tracing::warn!(local_member_id = %me, remote_peer_id_from = %from_hex, "rejected stream from remote peer because it was removed");
+        }
         return text_error(StatusCode::GONE, "removed member", Some(cid));
     }
     let Some(peer) = server.transport().peer(from) else {
+        if refusals.first(&from_hex, "stream sender not found") {
+            tracing::warn!(local_member_id = %me, remote_peer_id_from = %from_hex, cluster_id = %id_path(cid), "failed to find remote peer in cluster");
+        }
         return text_error(StatusCode::NOT_FOUND, "error sender not found", Some(cid));
     };
-    let to = header(&req, H_RAFT_TO).and_then(|s| u64::from_str_radix(s, 16).ok());
-    if to != Some(server.member_id()) {
+    let to_header = header(&req, H_RAFT_TO).unwrap_or("");
+    if u64::from_str_radix(to_header, 16).ok() != Some(server.member_id()) {
+        if refusals.first(&from_hex, &format!("stream to {to_header}")) {
+            tracing::warn!(local_member_id = %me, remote_peer_id_header = to_header, remote_peer_id_from = %from_hex, cluster_id = %id_path(cid), "ignored streaming request; ID mismatch");
+        }
         return text_error(
             StatusCode::PRECONDITION_FAILED,
             "to field mismatch",
@@ -545,7 +643,7 @@ async fn stream<H: PeerHost>(server: Arc<H>, req: http::Request<Incoming>) -> Re
         peer::write_stream(kind, rx, out_tx).await;
         peer.detach(kind, generation);
     });
-    tracing::info!(remote_peer_id = %id_hex(from), stream_type = kind.path_part(), "peer dialed its stream");
+    tracing::info!(remote_peer_id = %id_path(from), stream_type = kind.path_part(), "peer dialed its stream");
     let body: Body = BodyExt::boxed(StreamBody::new(
         tokio_stream::wrappers::ReceiverStream::new(out_rx),
     ));
@@ -574,16 +672,19 @@ pub async fn bind(urls: &[crate::config::Url]) -> Result<Vec<Listener>, String> 
     Ok(out)
 }
 
-async fn serve_conn<H: PeerHost, I>(server: Arc<H>, io: I)
+async fn serve_conn<H: PeerHost, I>(server: Arc<H>, io: I, remote: String)
 where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    let remote: Arc<str> = remote.into();
     let svc = hyper::service::service_fn(move |req| {
-        let s = server.clone();
-        async move { Ok::<_, std::convert::Infallible>(handle(s, req).await) }
+        let (s, remote) = (server.clone(), remote.clone());
+        async move { Ok::<_, std::convert::Infallible>(handle(s, req, &remote).await) }
     });
+    // Header names in Go's case, as etcd's answers carry them.
     let _ = hyper::server::conn::http1::Builder::new()
         .keep_alive(true)
+        .title_case_headers(true)
         .serve_connection(TokioIo::new(io), svc)
         .await;
 }
@@ -610,12 +711,12 @@ pub async fn serve<H: PeerHost>(
         };
         let server = server.clone();
         let Some(tls) = tls.clone() else {
-            tokio::spawn(serve_conn(server, conn));
+            tokio::spawn(serve_conn(server, conn, remote));
             continue;
         };
         tokio::spawn(async move {
             match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(conn)).await {
-                Ok(Ok((s, _))) => serve_conn(server, s).await,
+                Ok(Ok((s, _))) => serve_conn(server, s, remote).await,
                 Ok(Err(e)) => {
                     tracing::warn!(remote = %remote, error = %e, "rejected peer connection")
                 }

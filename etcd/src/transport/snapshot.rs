@@ -118,11 +118,7 @@ pub async fn send(
             Some("application/octet-stream"),
             body,
         );
-        if let Some(host) = url.split("://").nth(1).and_then(|r| r.split('/').next())
-            && let Ok(v) = http::HeaderValue::from_str(host)
-        {
-            req.headers_mut().insert(http::header::HOST, v);
-        }
+        client::set_host(&mut req, &url);
         let (sent, answer) = tokio::join!(writer, send.send_request(req));
         let resp = answer.map_err(|e| format!("the snapshot request failed: {e}"))?;
         let status = resp.status();

@@ -877,3 +877,59 @@ pub fn until_closed(
         )),
     }
 }
+
+/// Changes the value of the newest revision in stopped member `m`'s db, behind raft's back:
+/// its HashKV then differs from its peers' at that revision and after.
+pub fn corrupt_newest_value(m: &Node) {
+    use common::backend::{Db, ReadTxn, buckets};
+    use prost::Message;
+    let db = Db::open(m.data_dir.join("member/snap/db")).expect("open the member's db");
+    let (k, v) = {
+        let tx = db.begin_read();
+        let mut c = tx.cursor(buckets::KEY).expect("key bucket");
+        let (k, v) = c.last().expect("read").expect("a revision");
+        (k.to_vec(), v.to_vec())
+    };
+    let mut kv = proto::mvccpb::KeyValue::decode(v.as_slice()).expect("a key-value");
+    kv.value = b"corrupted".to_vec();
+    let mut tx = db.begin_write().expect("write tx");
+    tx.put(buckets::KEY, &k, &kv.encode_to_vec()).expect("put");
+    tx.commit().expect("commit");
+}
+
+/// A membership change (`member add`/`remove`/`promote`...) through etcdctl on `via`, retried
+/// while etcd refuses it because a voter has not been connected for 5 s yet ("unhealthy
+/// cluster", as after a start, a restart or a leader move); its output.
+pub fn member_change(via: &Node, args: &[&str]) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = via.etcdctl(args);
+        if out.status.success() {
+            return String::from_utf8_lossy(&out.stdout).into_owned();
+        }
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("unhealthy cluster") && Instant::now() < deadline,
+            "{args:?} on {} failed: {err}",
+            via.name
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Adds a learner that never starts (its peer URL has no listener) through `via`; its ID (hex).
+/// It is not in sync with the leader, and it has neither a name nor client URLs.
+pub fn add_idle_learner(via: &Node, name: &str) -> String {
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let out = member_change(
+        via,
+        &[
+            "member",
+            "add",
+            name,
+            "--learner",
+            &format!("--peer-urls={url}"),
+        ],
+    );
+    parse_member_add(&out).id
+}

@@ -7,7 +7,7 @@
 // slow watcher never holds back the others or the store.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 
 use bytes::Bytes;
@@ -57,7 +57,7 @@ pub struct Delivery {
 struct Mail {
     items: VecDeque<Delivery>,
     bytes: usize,
-    /// Events in `items` (they count in `Hub::pending` until taken).
+    /// Events in `items` (they count in `WatchHub::pending` until taken).
     events: usize,
     /// Watchers that left the synced set (mailbox full, history not in memory): they must
     /// catch up from this revision.
@@ -104,9 +104,6 @@ struct Hub {
     exact: HashMap<Vec<u8>, Vec<WatcherKey>>,
     /// Watchers of a range or prefix.
     ranges: Vec<WatcherKey>,
-    /// Events in mailboxes not yet taken by their streams
-    /// (etcd_debugging_mvcc_pending_events_total).
-    pending: usize,
 }
 
 impl Hub {
@@ -164,6 +161,13 @@ pub struct WatchHub {
     wake: Condvar,
     /// The last dispatched revision, for streams that must wait for the dispatcher.
     dispatched_tx: tokio::sync::watch::Sender<i64>,
+    /// `Hub::dispatched`, stored (Release) after the revision's deliveries are in their
+    /// mailboxes: a stream taking its mail reads it first and needs no hub lock, which the
+    /// dispatcher holds while it hands out a revision.
+    dispatched_now: AtomicI64,
+    /// Events in mailboxes not yet taken by their streams
+    /// (etcd_debugging_mvcc_pending_events_total); changed under the mailbox's lock.
+    pending: AtomicUsize,
 }
 
 impl WatchHub {
@@ -177,6 +181,8 @@ impl WatchHub {
             published: Mutex::new((current_rev, false)),
             wake: Condvar::new(),
             dispatched_tx: tokio::sync::watch::Sender::new(current_rev),
+            dispatched_now: AtomicI64::new(current_rev),
+            pending: AtomicUsize::new(0),
         }
     }
 
@@ -194,6 +200,7 @@ impl WatchHub {
             let mut hub = lock(&self.hub);
             if hub.watchers.is_empty() && lock(&self.published).0 <= hub.dispatched {
                 hub.dispatched = hub.dispatched.max(rev);
+                self.dispatched_now.store(hub.dispatched, Ordering::Release);
                 lock(&self.published).0 = rev;
                 drop(hub);
                 self.dispatched_tx.send_if_modified(|d| {
@@ -217,7 +224,7 @@ impl WatchHub {
     /// etcd's slow watchers), and how many events wait in mailboxes.
     pub fn counts(&self) -> (usize, usize) {
         let hub = lock(&self.hub);
-        (hub.watchers.len(), hub.pending)
+        (hub.watchers.len(), self.pending.load(Ordering::Relaxed))
     }
 
     /// A place for a new watch stream.
@@ -235,7 +242,7 @@ impl WatchHub {
     pub fn close_stream(&self, stream: &StreamHandle) {
         let mut hub = lock(&self.hub);
         let dropped = std::mem::take(&mut lock(&stream.mailbox.mail).events);
-        hub.pending -= dropped;
+        self.pending.fetch_sub(dropped, Ordering::Relaxed);
         let mine: Vec<WatcherKey> = hub
             .watchers
             .keys()
@@ -303,15 +310,18 @@ impl WatchHub {
     /// Takes everything in the stream's mailbox, with the revision it covers: a progress
     /// answer may say that revision once these deliveries are sent.
     pub fn take(&self, stream: &StreamHandle) -> Taken {
-        let mut hub = lock(&self.hub);
+        // Read before the mail: every delivery (and unsync) of a revision up to it was put in
+        // the mailbox before it was stored, so the mail taken below holds them all.
+        let through = self.dispatched_now.load(Ordering::Acquire);
         let mut mail = lock(&stream.mailbox.mail);
         let deliveries = std::mem::take(&mut mail.items).into();
         mail.bytes = 0;
-        hub.pending -= std::mem::take(&mut mail.events);
+        self.pending
+            .fetch_sub(std::mem::take(&mut mail.events), Ordering::Relaxed);
         Taken {
             deliveries,
             unsynced: std::mem::take(&mut mail.unsynced),
-            through: hub.dispatched,
+            through,
         }
     }
 
@@ -325,7 +335,7 @@ impl WatchHub {
             match store.revision_events(rev) {
                 Some(events) => {
                     if !hub.watchers.is_empty() {
-                        dispatch_revision(&mut hub, rev, &events, &mut woken);
+                        dispatch_revision(&mut hub, &self.pending, rev, &events, &mut woken);
                     }
                     hub.dispatched = rev;
                 }
@@ -334,6 +344,7 @@ impl WatchHub {
                     hub.dispatched = current;
                 }
             }
+            self.dispatched_now.store(hub.dispatched, Ordering::Release);
         }
         let through = hub.dispatched;
         drop(hub);
@@ -383,7 +394,13 @@ impl Encoded {
     }
 }
 
-fn dispatch_revision(hub: &mut Hub, rev: i64, events: &[Event], woken: &mut Vec<Arc<Mailbox>>) {
+fn dispatch_revision(
+    hub: &mut Hub,
+    pending: &AtomicUsize,
+    rev: i64,
+    events: &[Event],
+    woken: &mut Vec<Arc<Mailbox>>,
+) {
     let mut encoded: Vec<Encoded> = Vec::new();
     encoded.resize_with(events.len(), Encoded::default);
     // Each matched watcher's events of this revision, in event order.
@@ -444,7 +461,7 @@ fn dispatch_revision(hub: &mut Hub, rev: i64, events: &[Event], woken: &mut Vec<
             } else {
                 mail.bytes += size;
                 mail.events += events.len();
-                hub.pending += events.len();
+                pending.fetch_add(events.len(), Ordering::Relaxed);
                 mail.items.push_back(Delivery {
                     watch_id: k.1,
                     rev,

@@ -84,3 +84,51 @@ fn groups_are_never_split_by_commits() {
         Some(&2000u64.to_be_bytes()[..])
     );
 }
+
+/// `range_keys` lists exactly the keys `range` does, committed data under pending puts and
+/// deletes (what a compaction scans while writers go on), with the same limit.
+#[test]
+fn range_keys_are_the_keys_of_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path().join("db")).unwrap();
+    let batch = Batch::new(
+        db,
+        BatchConfig {
+            interval: Duration::from_secs(3600),
+            limit: 100_000,
+        },
+    );
+    let mut g = batch.begin();
+    g.create_bucket(b"b");
+    for i in 0..500u32 {
+        g.put(b"b", format!("k{i:04}").as_bytes(), &[7u8; 300]);
+    }
+    g.finish().unwrap();
+    batch.force_commit().unwrap();
+    // Pending over the committed: some deleted, some overwritten, some new between them.
+    let mut g = batch.begin();
+    for i in (0..500u32).step_by(7) {
+        g.delete(b"b", format!("k{i:04}").as_bytes());
+    }
+    for i in (0..500u32).step_by(11) {
+        g.put(b"b", format!("k{i:04}").as_bytes(), b"new");
+        g.put(b"b", format!("k{i:04}x").as_bytes(), b"added");
+    }
+    g.finish().unwrap();
+    for (start, end, limit) in [
+        (&b"k"[..], &b"l"[..], 0),
+        (b"k0100", b"k0300", 0),
+        (b"k0100", b"k0300", 37),
+        (b"a", b"b", 0),
+    ] {
+        let pairs = batch.range(b"b", start, Some(end), limit).unwrap();
+        let keys = batch.range_keys(b"b", start, end, limit).unwrap();
+        let want: Vec<Vec<u8>> = pairs.into_iter().map(|(k, _)| k).collect();
+        assert_eq!(keys, want, "[{start:?}, {end:?}) limit {limit}");
+    }
+    // 72 deleted, 7 of them (multiples of 77) put again, 46 added.
+    assert_eq!(
+        batch.range_keys(b"b", b"k", b"l", 0).unwrap().len(),
+        500 - 72 + 7 + 46
+    );
+}

@@ -392,6 +392,20 @@ impl Batch {
         self.range_over(b, None, bucket, start, end, limit)
     }
 
+    /// `range` without the values: the keys in `[start, end)`, at most `limit` (0 = all).
+    /// A compaction reads only which revisions exist, and copying each value out of the
+    /// mapped pages would cost more than the scan itself.
+    pub fn range_keys(
+        &self,
+        bucket: &[u8],
+        start: &[u8],
+        end: &[u8],
+        limit: usize,
+    ) -> Result<Vec<Vec<u8>>> {
+        let b = read(&self.inner.bufs);
+        self.range_with(&b, None, bucket, start, end, limit, |k, _| k.to_vec())
+    }
+
     /// `range_in` with `top` (a write group's own writes) over the pending writes.
     fn range_over(
         &self,
@@ -408,6 +422,24 @@ impl Batch {
                 .map(|v| vec![(start.to_vec(), v)])
                 .unwrap_or_default());
         };
+        self.range_with(b, top, bucket, start, end, limit, |k, v| {
+            (k.to_vec(), v.to_vec())
+        })
+    }
+
+    /// The pairs in `[start, end)` of the committed data under the pending writes (and
+    /// `top`), each made into what `take` makes of it.
+    #[allow(clippy::too_many_arguments)]
+    fn range_with<T>(
+        &self,
+        b: &Buffers,
+        top: Option<&Buffer>,
+        bucket: &[u8],
+        start: &[u8],
+        end: &[u8],
+        limit: usize,
+        take: impl Fn(&[u8], &[u8]) -> T,
+    ) -> Result<Vec<T>> {
         let tx = self.inner.db().begin_read();
         let in_top = top.is_some_and(|t| t.keys.contains_key(bucket));
         if !in_top && !self.bucket_known(b, &tx, bucket)? {
@@ -436,7 +468,7 @@ impl Batch {
             Some(c) => c.seek(start)?,
             None => None,
         };
-        let full = |out: &Vec<(Vec<u8>, Vec<u8>)>| limit > 0 && out.len() >= limit;
+        let full = |out: &Vec<T>| limit > 0 && out.len() >= limit;
         loop {
             if full(&out) {
                 break;
@@ -445,13 +477,13 @@ impl Batch {
             match (committed, ov.peek().copied()) {
                 (None, None) => break,
                 (Some((k, v)), None) => {
-                    out.push((k.to_vec(), v.to_vec()));
+                    out.push(take(k, v));
                     e = cur.as_mut().map(|c| c.next()).transpose()?.flatten();
                 }
                 (None, Some((ok, ovv))) => {
                     ov.next();
                     if let Some(v) = ovv {
-                        out.push((ok.to_vec(), v.to_vec()));
+                        out.push(take(ok, v));
                     }
                 }
                 (Some((k, v)), Some((ok, ovv))) => {
@@ -461,10 +493,10 @@ impl Batch {
                             e = cur.as_mut().map(|c| c.next()).transpose()?.flatten();
                         }
                         if let Some(v) = ovv {
-                            out.push((ok.to_vec(), v.to_vec()));
+                            out.push(take(ok, v));
                         }
                     } else {
-                        out.push((k.to_vec(), v.to_vec()));
+                        out.push(take(k, v));
                         e = cur.as_mut().map(|c| c.next()).transpose()?.flatten();
                     }
                 }

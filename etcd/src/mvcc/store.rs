@@ -734,12 +734,10 @@ impl KvStore {
                 let mut deleted = 0;
                 let mut more = true;
                 'scan: while more {
-                    let chunk = self
-                        .backend
-                        .range(buckets::KEY, &start, Some(&end), limit)?;
+                    let chunk = self.backend.range_keys(buckets::KEY, &start, &end, limit)?;
                     more = chunk.len() == limit;
                     scanned += chunk.len();
-                    for (k, _) in &chunk {
+                    for k in &chunk {
                         if deleted == limit {
                             // This one starts the next batch.
                             start = k.clone();
@@ -753,7 +751,7 @@ impl KvStore {
                             deleted += 1;
                         }
                     }
-                    if let Some((last, _)) = chunk.last() {
+                    if let Some(last) = chunk.last() {
                         start = last.clone();
                         start.push(0);
                     }

@@ -168,15 +168,23 @@ async fn accept_loop(
             match tls {
                 None => serve_conn(ctx, &builder, watcher, conn, None).await,
                 Some(tls) => {
-                    let accepted = tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(conn)).await;
+                    // The handshake is held here, not inside a timeout, so a stalled one is
+                    // logged before its connection is dropped: whoever sees the close finds
+                    // the line already written.
+                    let handshake = tls.accept(conn);
+                    tokio::pin!(handshake);
+                    let accepted = tokio::select! {
+                        r = &mut handshake => Some(r),
+                        _ = tokio::time::sleep(HANDSHAKE_TIMEOUT) => None,
+                    };
                     match accepted {
-                        Ok(Ok((stream, cn))) => {
+                        Some(Ok((stream, cn))) => {
                             serve_conn(ctx, &builder, watcher, stream, cn).await
                         }
-                        Ok(Err(e)) => {
+                        Some(Err(e)) => {
                             tracing::warn!(remote = %peer, error = %e, "rejected connection");
                         }
-                        Err(_) => {
+                        None => {
                             tracing::warn!(remote = %peer, "rejected connection: TLS handshake timed out");
                         }
                     }

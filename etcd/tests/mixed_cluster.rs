@@ -1272,6 +1272,26 @@ fn assert_etcd35_buckets(
     );
 }
 
+/// Gives member `i` a second peer URL, a proxy to its peer port, by `member update` through
+/// member `via`; the proxy lives as long as the returned value.
+fn add_proxied_peer_url(c: &Cluster, i: usize, via: usize) -> cluster_support::Proxy {
+    let m = &c.nodes[i];
+    let port: u16 = m
+        .listen_peer
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("{}'s peer port", m.name));
+    let proxy = cluster_support::Proxy::start(port);
+    let urls = format!(
+        "--peer-urls={},http://127.0.0.1:{}",
+        m.advertise_peer, proxy.port
+    );
+    let id = c.member_id_hex(&m.name);
+    cluster_support::member_change(&c.nodes[via], &["member", "update", &id, &urls]);
+    proxy
+}
+
 /// etcd 3.4, etcd 3.5 and ours write the same bytes into the db's membership buckets: after a
 /// learner of ours joins through an etcd follower and is promoted, an etcd member's peer URLs
 /// are updated and a member is removed, the four members' `members`, `members_removed` and
@@ -1295,19 +1315,7 @@ fn etcd_34_etcd_35_and_ours_write_the_same_membership_buckets() {
     promote(&c, 0, "m5");
     c.nodes.push(m5);
     // m2 (etcd 3.4) gets a second peer URL: a proxy to the same port.
-    let port: u16 = c.nodes[1]
-        .listen_peer
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.parse().ok())
-        .expect("m2's peer port");
-    let proxy = cluster_support::Proxy::start(port);
-    let urls = format!(
-        "--peer-urls={},http://127.0.0.1:{}",
-        c.nodes[1].advertise_peer, proxy.port
-    );
-    let id2 = c.member_id_hex("m2");
-    cluster_support::member_change(&c.nodes[2], &["member", "update", &id2, &urls]);
+    let proxy = add_proxied_peer_url(&c, 1, 2);
     // m5 is removed through ours and stops.
     cluster_support::member_change(&c.nodes[2], &["member", "remove", &id5]);
     assert!(c.nodes[4].wait_exit(Duration::from_secs(20)).is_some());
@@ -1370,19 +1378,7 @@ fn etcd_34_etcd_35_and_ours_write_the_same_membership_buckets() {
         c.nodes[i].spawn(bin);
         c.nodes[i].wait_healthy(Duration::from_secs(30));
     }
-    let port4: u16 = c.nodes[3]
-        .listen_peer
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.parse().ok())
-        .expect("m4's peer port");
-    let proxy4 = cluster_support::Proxy::start(port4);
-    let urls4 = format!(
-        "--peer-urls={},http://127.0.0.1:{}",
-        c.nodes[3].advertise_peer, proxy4.port
-    );
-    let id4 = c.member_id_hex("m4");
-    cluster_support::member_change(&c.nodes[2], &["member", "update", &id4, &urls4]);
+    let _proxy4 = add_proxied_peer_url(&c, 3, 2);
     c.nodes[2].etcdctl_ok(&["put", "at-3.5", "x"]);
     c.nodes[3].wait_local("at-3.5", "x", Duration::from_secs(10));
     let names = ["m3", "m4"];

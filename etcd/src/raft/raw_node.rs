@@ -88,6 +88,54 @@ pub struct Ready {
     record: ReadyRecord,
 }
 
+impl Ready {
+    /// Takes out the messages that may leave before this Ready is persisted (step 3): all
+    /// but acknowledgements and votes, and none when the Ready changes term or vote against
+    /// `persisted` (the hard state on disk), or when a leader alone among voters commits
+    /// this Ready's own entries (its appends would announce a commit a crash could take
+    /// back).
+    pub fn take_messages_before_persist(&mut self, persisted: &HardState) -> Vec<Message> {
+        let keeps_term_and_vote = self
+            .hard_state
+            .is_none_or(|hs| hs.term == persisted.term && hs.vote == persisted.vote);
+        let first_new = self.entries.first().map_or(u64::MAX, |e| e.index);
+        let commits_unwritten = self.hard_state.is_some_and(|hs| hs.commit >= first_new);
+        if !keeps_term_and_vote || commits_unwritten {
+            return Vec::new();
+        }
+        let (later, now) = std::mem::take(&mut self.messages)
+            .into_iter()
+            .partition(promises_disk_state);
+        self.messages = later;
+        now
+    }
+
+    /// Takes out the committed entries that are on disk already (step 4): those before this
+    /// Ready's `entries`, every earlier Ready having been persisted. None while a snapshot
+    /// is to be installed first.
+    pub fn take_committed_on_disk(&mut self) -> Vec<Entry> {
+        if self.snapshot.is_some() {
+            return Vec::new();
+        }
+        let first_new = self.entries.first().map_or(u64::MAX, |e| e.index);
+        let on_disk = self
+            .committed_entries
+            .iter()
+            .position(|e| e.index >= first_new)
+            .unwrap_or(self.committed_entries.len());
+        self.committed_entries.drain(..on_disk).collect()
+    }
+}
+
+/// Whether a message vouches for the sender's log or vote, and so may only leave once what
+/// it vouches for is on disk (etcd's raft holds back the same three).
+fn promises_disk_state(m: &Message) -> bool {
+    matches!(
+        MessageType::try_from(m.r#type),
+        Ok(MessageType::MsgAppResp | MessageType::MsgVoteResp | MessageType::MsgPreVoteResp)
+    )
+}
+
 /// A raft node driven by its caller (see the module documentation of `etcd::raft`).
 pub struct RawNode<S: Storage> {
     pub(crate) raft: Raft<S>,

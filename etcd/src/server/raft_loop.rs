@@ -267,33 +267,14 @@ impl RaftLoop {
         // votes promise what is on disk, so they wait for it; and nothing goes early when this
         // Ready changes term or vote, which must be on disk before anyone hears of them.
         let persisted = self.node.storage().hard_state();
-        let keeps_term_and_vote = rd
-            .hard_state
-            .is_none_or(|hs| hs.term == persisted.term && hs.vote == persisted.vote);
-        // A leader alone among voters commits what it appends in the same Ready: its appends
-        // would then tell learners of a commit a crash could still take back.
-        let first_new = rd.entries.first().map_or(u64::MAX, |e| e.index);
-        let commits_unwritten = rd.hard_state.is_some_and(|hs| hs.commit >= first_new);
-        if keeps_term_and_vote && !commits_unwritten {
-            let (later, now): (Vec<Message>, Vec<Message>) = std::mem::take(&mut rd.messages)
-                .into_iter()
-                .partition(promises_disk_state);
-            rd.messages = later;
-            self.send(now)?;
-        }
-        // Committed entries this member already has on disk (every entry before this Ready's
-        // new ones: each earlier Ready was fsynced before the next) are applied while the new
-        // ones are written, as etcd applies while it saves: a client waits for its entry's
-        // commit, not for the next batch's fsync. Read states need no disk either. With a
-        // snapshot to install, everything waits for it.
+        let now = rd.take_messages_before_persist(persisted);
+        self.send(now)?;
+        // Committed entries this member already has on disk are applied while the new ones
+        // are written, as etcd applies while it saves: a client waits for its entry's commit,
+        // not for the next batch's fsync. Read states need no disk either.
+        let on_disk = rd.take_committed_on_disk();
         if rd.snapshot.is_none() {
-            let on_disk = rd
-                .committed_entries
-                .iter()
-                .position(|e| e.index >= first_new)
-                .unwrap_or(rd.committed_entries.len());
-            let early: Vec<Entry> = rd.committed_entries.drain(..on_disk).collect();
-            self.hand_committed(early)?;
+            self.hand_committed(on_disk)?;
             answer_reads(&rd.read_states, in_flight);
             rd.read_states.clear();
         }
@@ -399,15 +380,6 @@ impl RaftLoop {
         let _ = self.purge_tx.try_send(());
         Ok(())
     }
-}
-
-/// Whether a message vouches for this member's log or vote, and so may only leave once what
-/// it vouches for is on disk (etcd's raft holds back the same three).
-fn promises_disk_state(m: &Message) -> bool {
-    matches!(
-        MessageType::try_from(m.r#type),
-        Ok(MessageType::MsgAppResp | MessageType::MsgVoteResp | MessageType::MsgPreVoteResp)
-    )
 }
 
 /// Answers the reads of the round in flight when raft says what index they wait for.

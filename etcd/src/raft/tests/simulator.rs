@@ -582,36 +582,8 @@ impl Sim {
         }
         let mut rd = raft.ready();
         let persisted = raft.storage().hard_state();
-        let keeps_term_and_vote = rd
-            .hard_state
-            .is_none_or(|hs| hs.term == persisted.term && hs.vote == persisted.vote);
-        // A leader alone among voters commits what it appends in the same Ready: its appends
-        // would then tell learners of a commit a crash could still take back.
-        let first_new = rd.entries.first().map_or(u64::MAX, |e| e.index);
-        let commits_unwritten = rd.hard_state.is_some_and(|hs| hs.commit >= first_new);
-        let mut early_msgs = Vec::new();
-        if keeps_term_and_vote && !commits_unwritten {
-            let (later, now): (Vec<Message>, Vec<Message>) =
-                std::mem::take(&mut rd.messages).into_iter().partition(|m| {
-                    matches!(
-                        m.r#type(),
-                        MessageType::MsgAppResp
-                            | MessageType::MsgVoteResp
-                            | MessageType::MsgPreVoteResp
-                    )
-                });
-            rd.messages = later;
-            early_msgs = now;
-        }
-        let mut early_entries = Vec::new();
-        if rd.snapshot.is_none() {
-            let on_disk = rd
-                .committed_entries
-                .iter()
-                .position(|e| e.index >= first_new)
-                .unwrap_or(rd.committed_entries.len());
-            early_entries = rd.committed_entries.drain(..on_disk).collect();
-        }
+        let early_msgs = rd.take_messages_before_persist(persisted);
+        let early_entries = rd.take_committed_on_disk();
         self.send(early_msgs);
         let mut removed_self = self.apply_committed(id, &early_entries);
         if crash_while_persisting && !removed_self {

@@ -310,6 +310,60 @@ fn a_follower_far_behind_gets_the_leaders_snapshot() {
     assert_eq!(c.nodes[lagging].local_get("after").as_deref(), Some("snap"));
 }
 
+/// The log held in memory keeps only --experimental-snapshot-catchup-entries behind the
+/// applied index (raft_loop's trim_log), long before a snapshot file is due: a member that
+/// joins later is sent a snapshot built at the leader's applied index.
+#[test]
+fn a_member_joining_after_the_log_was_trimmed_in_memory_gets_a_snapshot() {
+    let dir = tmp();
+    let mut flags = FAST.to_vec();
+    flags.extend(["--experimental-snapshot-catchup-entries", "10"]);
+    let mut c = Cluster::start(OURS, dir.path(), 1, false, &flags);
+    for i in 0..100 {
+        c.nodes[0].etcdctl_ok(&["put", &format!("t{i:03}"), &format!("{i}")]);
+    }
+    // A restart replays the whole WAL into memory; the log is trimmed again after it.
+    c.nodes[0].kill9();
+    c.nodes[0].spawn(OURS);
+    c.nodes[0].wait_healthy(Duration::from_secs(20));
+    c.nodes[0].etcdctl_ok(&["put", "t100", "100"]);
+    let snaps = std::fs::read_dir(c.nodes[0].data_dir.join("member/snap"))
+        .expect("snap dir")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".snap"))
+        .count();
+    assert_eq!(
+        snaps, 0,
+        "no snapshot file is due at --snapshot-count 100000"
+    );
+
+    let mut new = Node::new_for_join(dir.path(), "m2");
+    let added = c.nodes[0].etcdctl_ok(&[
+        "member",
+        "add",
+        "m2",
+        "--learner",
+        &format!("--peer-urls={}", new.advertise_peer),
+    ]);
+    new.initial_cluster = cluster_support::parse_member_add(&added).initial_cluster;
+    new.state = "existing";
+    new.extra = flags.iter().map(|s| s.to_string()).collect();
+    new.spawn(OURS);
+    new.wait_local("t100", "100", Duration::from_secs(20));
+    let log = std::fs::read_to_string(new.log_path()).unwrap_or_default();
+    assert!(
+        log.contains("applied the leader's snapshot to the backend"),
+        "the new member got the whole log instead of a snapshot; log: {}",
+        new.log_path().display()
+    );
+    let keys = new.etcdctl_ok(&["get", "t", "--prefix", "--keys-only", "--consistency=s"]);
+    assert_eq!(keys.lines().filter(|l| !l.is_empty()).count(), 101);
+    // It follows on from the snapshot.
+    c.nodes[0].etcdctl_ok(&["put", "after", "snap"]);
+    new.wait_local("after", "snap", Duration::from_secs(10));
+    c.nodes.push(new);
+}
+
 #[test]
 fn rolling_restart_under_writes_loses_nothing() {
     let dir = tmp();

@@ -460,6 +460,27 @@ impl<S: Storage> RawNode<S> {
         Status::new(&self.raft)
     }
 
+    /// The index of the last committed entry handed out in a `Ready` (raft's applied index).
+    pub fn applied(&self) -> u64 {
+        self.raft.raft_log.applied
+    }
+
+    /// On a leader, the lowest index any other member (voter or learner) is known to hold;
+    /// `None` when this node does not lead or leads alone.
+    pub fn lowest_peer_match(&self) -> Option<u64> {
+        if self.raft.state != StateRole::Leader {
+            return None;
+        }
+        let me = self.raft.id;
+        self.raft
+            .prs
+            .progress
+            .iter()
+            .filter(|(id, _)| **id != me)
+            .map(|(_, p)| p.matched)
+            .min()
+    }
+
     /// This node's role.
     pub fn role(&self) -> StateRole {
         self.raft.state

@@ -201,6 +201,30 @@ impl MemStorage {
         Ok(())
     }
 
+    /// Drops the entries up to `index` as `compact` does, and moves the snapshot's index and
+    /// term there, its conf state and data as they were. Only for a server whose snapshots
+    /// for followers are built from its state machine at send time (etcd-rs rebuilds every
+    /// MsgSnap at its applied index), so that the log held in memory can be shorter than the
+    /// last snapshot file leaves it: raft then tracks a follower sent a snapshot from `index`.
+    pub fn compact_to_mark(&mut self, index: u64) -> StorageResult<()> {
+        if index <= self.offset() {
+            return Err(StorageError::Compacted);
+        }
+        if index > self.last() {
+            return Err(StorageError::Unavailable);
+        }
+        let term = self.ents[(index - self.offset()) as usize].term;
+        let meta = self.snapshot.metadata.get_or_insert_with(Default::default);
+        meta.index = index;
+        meta.term = term;
+        self.compact(index)
+    }
+
+    /// The index the snapshot stands at (0 before any).
+    pub fn snapshot_index(&self) -> u64 {
+        snapshot_index_term(&self.snapshot).0
+    }
+
     /// Appends entries from a `Ready`, replacing any conflicting suffix. Entries already
     /// compacted away are skipped.
     ///
@@ -378,6 +402,32 @@ mod tests {
             s.append(&input);
             assert_eq!(s.ents, want, "case {i}");
         }
+    }
+
+    #[test]
+    fn compact_to_mark_moves_the_snapshot_index_with_the_log() {
+        let mut s = storage_3_to_5();
+        let cs = ConfState {
+            voters: vec![1, 2],
+            ..ConfState::default()
+        };
+        s.create_snapshot(3, Some(cs.clone()), b"v2".to_vec())
+            .expect("snapshot at 3");
+        s.compact_to_mark(4).expect("4 is in the log");
+        assert_eq!(s.first_index(), Ok(5));
+        assert_eq!(s.term(4), Ok(4));
+        assert_eq!(s.term(3), Err(StorageError::Compacted));
+        let snap = s.snapshot().expect("a snapshot");
+        assert_eq!(snapshot_index_term(&snap), (4, 4));
+        assert_eq!(snap.data(), b"v2");
+        assert_eq!(snap.metadata.and_then(|m| m.conf_state), Some(cs));
+        assert_eq!(s.compact_to_mark(4), Err(StorageError::Compacted));
+        assert_eq!(s.compact_to_mark(6), Err(StorageError::Unavailable));
+        // A snapshot file taken later at an index already passed is not recorded again.
+        assert_eq!(
+            s.create_snapshot(4, None, Vec::new()).map(|_| ()),
+            Err(StorageError::SnapshotOutOfDate)
+        );
     }
 
     #[test]

@@ -23,7 +23,7 @@ use super::wait::IdGen;
 use crate::error;
 use crate::membership::id_hex;
 use crate::metrics::METRICS;
-use crate::raft::{MemStorage, RawNode, SnapshotStatus, StateRole};
+use crate::raft::{MemStorage, RawNode, SnapshotStatus, StateRole, Storage as _};
 use crate::transport::{REMOVED_MESSAGE, Report, Transport};
 use common::snap::Snapshotter;
 use common::wal::Wal;
@@ -303,7 +303,34 @@ impl RaftLoop {
         self.hand_committed(std::mem::take(&mut rd.committed_entries))?;
         answer_reads(&rd.read_states, in_flight);
         self.node.advance(rd);
+        self.trim_log();
         Ok(())
+    }
+
+    /// Drops applied entries from the log held in memory, keeping
+    /// --experimental-snapshot-catchup-entries behind the applied index, and on a leader
+    /// everything a member still lacks, up to --snapshot-count entries (what etcd would hold
+    /// before its next snapshot). etcd holds every entry since its last snapshot file, 100k
+    /// by default, in memory; they are in the WAL for a restart, and a follower lacking
+    /// dropped entries is sent a snapshot built at the applied index, as after a snapshot
+    /// file. Trimmed in steps of the kept amount, so the remaining entries move rarely.
+    fn trim_log(&mut self) {
+        let keep = self.shared.cfg.experimental_snapshot_catchup_entries.max(1);
+        let applied = self.node.applied();
+        let first = self.node.storage().first_index().unwrap_or(1);
+        if applied < first.saturating_add(keep.saturating_mul(2)) {
+            return;
+        }
+        let mut cut = applied - keep;
+        if let Some(lowest) = self.node.lowest_peer_match() {
+            let floor = applied.saturating_sub(self.shared.cfg.snapshot_count);
+            cut = cut.min(lowest.max(floor));
+        }
+        if cut < first.saturating_add(keep) {
+            return;
+        }
+        // Their memory is reused by the entries that follow; no heap trim is asked for.
+        let _ = self.node.storage_mut().compact_to_mark(cut);
     }
 
     /// Hands committed entries to the apply thread. A conf change is applied here, to raft
@@ -365,13 +392,16 @@ impl RaftLoop {
             })
             .map_err(|e| format!("saving the snapshot marker at {index} failed: {e}"))?;
         self.wal.release_lock_to(index);
-        self.node
-            .storage_mut()
-            .create_snapshot(index, md.conf_state.clone(), snap.data().to_vec())
-            .map_err(|e| format!("creating a snapshot at {index} failed: {e}"))?;
-        let keep = self.shared.cfg.experimental_snapshot_catchup_entries;
-        if index > keep {
-            let _ = self.node.storage_mut().compact(index - keep);
+        // The log in memory may already have been trimmed past this index (trim_log).
+        if self.node.storage().snapshot_index() < index {
+            self.node
+                .storage_mut()
+                .create_snapshot(index, md.conf_state.clone(), snap.data().to_vec())
+                .map_err(|e| format!("creating a snapshot at {index} failed: {e}"))?;
+            let keep = self.shared.cfg.experimental_snapshot_catchup_entries;
+            if index > keep {
+                let _ = self.node.storage_mut().compact(index - keep);
+            }
         }
         self.snapshot_index = index;
         // The raft log behind the snapshot was just dropped.

@@ -15,11 +15,34 @@ static BUILD: Once = Once::new();
 pub fn bin(name: &str) -> String {
     BUILD.call_once(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let st = Command::new(cargo)
-            .args(["build", "-q", "-p", "etcd", "-p", "etcdctl", "--bins"])
+        let mut build = Command::new(cargo);
+        // The variables cargo sets for a test process: build scripts (ring's) watch some of
+        // them, so inherited they would make the nested cargo rebuild, and the outer one again.
+        for (k, _) in std::env::vars_os() {
+            let k = k.to_string_lossy();
+            if [
+                "CARGO_PKG_",
+                "CARGO_BIN_",
+                "CARGO_MANIFEST_",
+                "CARGO_CRATE_",
+                "CARGO_PRIMARY_",
+            ]
+            .iter()
+            .any(|p| k.starts_with(p))
+                || k == "CARGO_TARGET_TMPDIR"
+                || k == "OUT_DIR"
+            {
+                build.env_remove(k.as_ref());
+            }
+        }
+        let st = build
+            // What `cargo test --workspace` builds, with its profile and features: nothing to
+            // do under it (a `cargo build -p ...` rebuilt every dependency with other features
+            // and profile, 110 s of CI, and left a slower server binary for later tests).
+            .args(["test", "-q", "--workspace", "--no-run"])
             .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
             .status()
-            .expect("run cargo build for etcd and etcdctl");
+            .expect("run cargo test --no-run for etcd and etcdctl");
         assert!(st.success(), "building etcd and etcdctl failed");
     });
     let utl = PathBuf::from(env!("CARGO_BIN_EXE_etcdutl"));

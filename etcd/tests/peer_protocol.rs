@@ -1001,19 +1001,8 @@ fn probe_endpoints(bin: &str, dir: &std::path::Path) -> Endpoints {
     keep("hashkv after a compaction", s);
 
     // A learner that runs and catches up, promoted through the endpoint: the member list.
-    let mut m2 = Node::new_for_join(dir, "m2");
-    let out = c.nodes[0].etcdctl_ok(&[
-        "member",
-        "add",
-        "m2",
-        "--learner",
-        &format!("--peer-urls={}", m2.advertise_peer),
-    ]);
+    let (m2, out) = cluster_support::start_learner(&c.nodes[0], dir, "m2", bin, &flags);
     let added = cluster_support::parse_member_add(&out);
-    m2.initial_cluster = added.initial_cluster;
-    m2.state = "existing";
-    m2.extra = flags.iter().map(|s| s.to_string()).collect();
-    m2.spawn(bin);
     let deadline = Instant::now() + Duration::from_secs(30);
     let promoted = loop {
         let a = promote(&dec(&added.id));

@@ -151,22 +151,11 @@ fn learner_added_promoted_and_old_member_removed_under_writes() {
     std::thread::sleep(Duration::from_millis(300));
 
     // The real etcdctl adds a learner and prints the settings for starting it.
-    let mut new = Node::new_for_join(dir.path(), "m4");
-    let added = c.nodes[0].etcdctl_ok(&[
-        "member",
-        "add",
-        "m4",
-        "--learner",
-        &format!("--peer-urls={}", new.advertise_peer),
-    ]);
+    let (new, added) = cluster_support::start_learner(&c.nodes[0], dir.path(), "m4", OURS, FAST);
     assert!(
         added.contains("ETCD_INITIAL_CLUSTER_STATE=\"existing\""),
         "{added}"
     );
-    new.initial_cluster = cluster_support::parse_member_add(&added).initial_cluster;
-    new.state = "existing";
-    new.extra = FAST.iter().map(|s| s.to_string()).collect();
-    new.spawn(OURS);
     // A learner is never "healthy" to etcdctl (its linearizable check read is refused), so
     // wait for it to serve what the cluster wrote.
     c.nodes[0].etcdctl_ok(&["put", "before-learner", "x"]);
@@ -337,18 +326,7 @@ fn a_member_joining_after_the_log_was_trimmed_in_memory_gets_a_snapshot() {
         "no snapshot file is due at --snapshot-count 100000"
     );
 
-    let mut new = Node::new_for_join(dir.path(), "m2");
-    let added = c.nodes[0].etcdctl_ok(&[
-        "member",
-        "add",
-        "m2",
-        "--learner",
-        &format!("--peer-urls={}", new.advertise_peer),
-    ]);
-    new.initial_cluster = cluster_support::parse_member_add(&added).initial_cluster;
-    new.state = "existing";
-    new.extra = flags.iter().map(|s| s.to_string()).collect();
-    new.spawn(OURS);
+    let (new, _) = cluster_support::start_learner(&c.nodes[0], dir.path(), "m2", OURS, &flags);
     new.wait_local("t100", "100", Duration::from_secs(20));
     let log = std::fs::read_to_string(new.log_path()).unwrap_or_default();
     assert!(

@@ -917,6 +917,31 @@ pub fn member_change(via: &Node, args: &[&str]) -> String {
     }
 }
 
+/// Adds `name` as a learner through `via` with the real etcdctl and starts it with `bin` and
+/// `extra` flags, as `member add` says (its initial cluster, state "existing"). Returns the
+/// running member and what etcdctl printed.
+pub fn start_learner(
+    via: &Node,
+    dir: &Path,
+    name: &str,
+    bin: &str,
+    extra: &[&str],
+) -> (Node, String) {
+    let mut new = Node::new_for_join(dir, name);
+    let out = via.etcdctl_ok(&[
+        "member",
+        "add",
+        name,
+        "--learner",
+        &format!("--peer-urls={}", new.advertise_peer),
+    ]);
+    new.initial_cluster = parse_member_add(&out).initial_cluster;
+    new.state = "existing";
+    new.extra = extra.iter().map(|s| s.to_string()).collect();
+    new.spawn(bin);
+    (new, out)
+}
+
 /// Adds a learner that never starts (its peer URL has no listener) through `via`; its ID (hex).
 /// It is not in sync with the leader, and it has neither a name nor client URLs.
 pub fn add_idle_learner(via: &Node, name: &str) -> String {

@@ -342,6 +342,35 @@ fn a_member_joining_after_the_log_was_trimmed_in_memory_gets_a_snapshot() {
     c.nodes.push(new);
 }
 
+/// The leader keeps in memory what a member still lacks (up to --snapshot-count entries), so
+/// a follower that was down catches up from the log, as from etcd's, not by a snapshot.
+#[test]
+fn a_follower_that_was_down_catches_up_from_the_log_the_leader_kept_for_it() {
+    let dir = tmp();
+    let mut flags = FAST.to_vec();
+    flags.extend(["--experimental-snapshot-catchup-entries", "10"]);
+    let mut c = Cluster::start(OURS, dir.path(), 3, false, &flags);
+    let leader = c.leader(Duration::from_secs(5));
+    let down = (leader + 1) % 3;
+    c.nodes[down].stop();
+    let up = (0..3).find(|i| *i != down).expect("a running member");
+    for i in 0..100 {
+        c.nodes[up].etcdctl_ok(&["put", &format!("d{i:03}"), &format!("{i}")]);
+    }
+    c.nodes[down].spawn(OURS);
+    c.nodes[down].wait_healthy(Duration::from_secs(20));
+    c.nodes[down].wait_local("d099", "99", Duration::from_secs(15));
+    let log = std::fs::read_to_string(c.nodes[down].log_path()).unwrap_or_default();
+    assert!(
+        !log.contains("applied the leader's snapshot to the backend"),
+        "the follower was sent a snapshot although the leader had the entries; log: {}",
+        c.nodes[down].log_path().display()
+    );
+    let keys =
+        c.nodes[down].etcdctl_ok(&["get", "d", "--prefix", "--keys-only", "--consistency=s"]);
+    assert_eq!(keys.lines().filter(|l| !l.is_empty()).count(), 100);
+}
+
 #[test]
 fn rolling_restart_under_writes_loses_nothing() {
     let dir = tmp();

@@ -257,6 +257,37 @@ fn learner_added_promoted_and_old_member_removed_under_writes() {
     c.nodes.push(new);
 }
 
+/// Stops a follower, writes `n` keys `<prefix>NNN` = N through a running member (then the
+/// etcdctl command `also`, when given), restarts the follower and waits until it serves the
+/// last key. Returns the follower's index, the running member's and the follower's log.
+fn catch_up_after_downtime(
+    c: &mut Cluster,
+    prefix: &str,
+    n: usize,
+    also: &[&str],
+) -> (usize, usize, String) {
+    let leader = c.leader(Duration::from_secs(5));
+    let down = (leader + 1) % 3;
+    c.nodes[down].stop();
+    let up = (0..3).find(|i| *i != down).expect("a running member");
+    for i in 0..n {
+        c.nodes[up].etcdctl_ok(&["put", &format!("{prefix}{i:03}"), &format!("{i}")]);
+    }
+    if !also.is_empty() {
+        c.nodes[up].etcdctl_ok(also);
+    }
+    c.nodes[down].spawn(OURS);
+    c.nodes[down].wait_healthy(Duration::from_secs(20));
+    let last = n - 1;
+    c.nodes[down].wait_local(
+        &format!("{prefix}{last:03}"),
+        &last.to_string(),
+        Duration::from_secs(15),
+    );
+    let log = std::fs::read_to_string(c.nodes[down].log_path()).unwrap_or_default();
+    (down, up, log)
+}
+
 #[test]
 fn a_follower_far_behind_gets_the_leaders_snapshot() {
     let dir = tmp();
@@ -268,18 +299,7 @@ fn a_follower_far_behind_gets_the_leaders_snapshot() {
         "5",
     ]);
     let mut c = Cluster::start(OURS, dir.path(), 3, false, &flags);
-    let leader = c.leader(Duration::from_secs(5));
-    let lagging = (leader + 1) % 3;
-    c.nodes[lagging].stop();
-    let up = (0..3).find(|i| *i != lagging).expect("a running member");
-    for i in 0..60 {
-        c.nodes[up].etcdctl_ok(&["put", &format!("s{i:03}"), &format!("{i}")]);
-    }
-    c.nodes[up].etcdctl_ok(&["del", "s000"]);
-    c.nodes[lagging].spawn(OURS);
-    c.nodes[lagging].wait_healthy(Duration::from_secs(20));
-    c.nodes[lagging].wait_local("s059", "59", Duration::from_secs(15));
-    let log = std::fs::read_to_string(c.nodes[lagging].log_path()).unwrap_or_default();
+    let (lagging, up, log) = catch_up_after_downtime(&mut c, "s", 60, &["del", "s000"]);
     assert!(
         log.contains("applied the leader's snapshot to the backend"),
         "the follower caught up without a snapshot; log: {}",
@@ -350,17 +370,7 @@ fn a_follower_that_was_down_catches_up_from_the_log_the_leader_kept_for_it() {
     let mut flags = FAST.to_vec();
     flags.extend(["--experimental-snapshot-catchup-entries", "10"]);
     let mut c = Cluster::start(OURS, dir.path(), 3, false, &flags);
-    let leader = c.leader(Duration::from_secs(5));
-    let down = (leader + 1) % 3;
-    c.nodes[down].stop();
-    let up = (0..3).find(|i| *i != down).expect("a running member");
-    for i in 0..100 {
-        c.nodes[up].etcdctl_ok(&["put", &format!("d{i:03}"), &format!("{i}")]);
-    }
-    c.nodes[down].spawn(OURS);
-    c.nodes[down].wait_healthy(Duration::from_secs(20));
-    c.nodes[down].wait_local("d099", "99", Duration::from_secs(15));
-    let log = std::fs::read_to_string(c.nodes[down].log_path()).unwrap_or_default();
+    let (down, _, log) = catch_up_after_downtime(&mut c, "d", 100, &[]);
     assert!(
         !log.contains("applied the leader's snapshot to the backend"),
         "the follower was sent a snapshot although the leader had the entries; log: {}",

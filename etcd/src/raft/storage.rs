@@ -207,17 +207,11 @@ impl MemStorage {
     /// MsgSnap at its applied index), so that the log held in memory can be shorter than the
     /// last snapshot file leaves it: raft then tracks a follower sent a snapshot from `index`.
     pub fn compact_to_mark(&mut self, index: u64) -> StorageResult<()> {
-        if index <= self.offset() {
-            return Err(StorageError::Compacted);
-        }
-        if index > self.last() {
-            return Err(StorageError::Unavailable);
-        }
-        let term = self.ents[(index - self.offset()) as usize].term;
+        self.compact(index)?;
         let meta = self.snapshot.metadata.get_or_insert_with(Default::default);
-        meta.index = index;
-        meta.term = term;
-        self.compact(index)
+        meta.index = self.ents[0].index;
+        meta.term = self.ents[0].term;
+        Ok(())
     }
 
     /// The index the snapshot stands at (0 before any).

@@ -318,10 +318,9 @@ impl RaftLoop {
         let keep = self.shared.cfg.experimental_snapshot_catchup_entries.max(1);
         let applied = self.node.applied();
         let first = self.node.storage().first_index().unwrap_or(1);
-        if applied < first.saturating_add(keep.saturating_mul(2)) {
+        let Some(mut cut) = applied.checked_sub(keep) else {
             return;
-        }
-        let mut cut = applied - keep;
+        };
         if let Some(lowest) = self.node.lowest_peer_match() {
             let floor = applied.saturating_sub(self.shared.cfg.snapshot_count);
             cut = cut.min(lowest.max(floor));

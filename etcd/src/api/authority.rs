@@ -19,6 +19,8 @@ const FLAG_END_STREAM: u8 = 0x1;
 const FLAG_END_HEADERS: u8 = 0x4;
 const FLAG_PADDED: u8 = 0x8;
 const FLAG_PRIORITY: u8 = 0x20;
+/// Bytes read from the socket at a time while frames are being looked at.
+const READ_CHUNK: usize = 16 * 1024;
 /// The largest frame the server accepts (its SETTINGS_MAX_FRAME_SIZE, set to this in serve.rs):
 /// a bigger frame is refused at its header, before any of it is buffered.
 pub const MAX_FRAME: usize = 16_384;
@@ -49,6 +51,8 @@ pub struct AuthorityFix<S> {
     decoder: loona_hpack::Decoder<'static>,
     encoder: loona_hpack::Encoder<'static>,
     eof: bool,
+    /// What a read lands in before it is parsed (until the connection passes through).
+    scratch: Option<Vec<u8>>,
     /// Set once the first header block showed a well-formed authority: from then on bytes
     /// pass through untouched (a client keeps one authority per connection).
     passthrough: bool,
@@ -69,6 +73,7 @@ impl<S> AuthorityFix<S> {
             decoder: loona_hpack::Decoder::new(),
             encoder: loona_hpack::Encoder::new(),
             eof: false,
+            scratch: None,
             passthrough: false,
             rewriting: false,
         }
@@ -109,91 +114,101 @@ impl<S> AuthorityFix<S> {
             self.out.extend(self.inbuf.drain(..PREFACE_LEN));
             self.preface_seen = true;
         }
+        // Frames are taken from a cursor and the consumed bytes dropped once: draining each
+        // frame would move the rest of the buffer once per frame.
+        let mut pos = 0;
+        let r = self.process_frames(&mut pos);
+        self.inbuf.drain(..pos);
+        r
+    }
+
+    /// The frame loop of `process`: `pos` is how far `inbuf` has been consumed.
+    fn process_frames(&mut self, pos: &mut usize) -> io::Result<()> {
         loop {
             if self.passthrough {
-                self.out.append(&mut self.inbuf);
+                self.out.extend_from_slice(&self.inbuf[*pos..]);
+                *pos = self.inbuf.len();
                 return Ok(());
             }
-            if self.inbuf.len() < FRAME_HEADER_LEN {
+            let head = &self.inbuf[*pos..];
+            if head.len() < FRAME_HEADER_LEN {
                 return Ok(());
             }
-            let len = ((self.inbuf[0] as usize) << 16)
-                | ((self.inbuf[1] as usize) << 8)
-                | self.inbuf[2] as usize;
+            let len = ((head[0] as usize) << 16) | ((head[1] as usize) << 8) | head[2] as usize;
             if len > MAX_FRAME {
                 return Err(bad(format!(
                     "frame of {len} bytes exceeds the {MAX_FRAME}-byte maximum"
                 )));
             }
-            if self.inbuf.len() < FRAME_HEADER_LEN + len {
+            if head.len() < FRAME_HEADER_LEN + len {
                 return Ok(());
             }
-            let typ = self.inbuf[3];
+            let typ = head[3];
             if self.pending.is_some() && typ != TYPE_CONTINUATION {
                 // Anything else between a HEADERS frame and its END_HEADERS is a protocol error;
                 // passing it on would also reorder it before the block.
                 return Err(bad(format!("frame of type {typ} inside a header block")));
             }
-            let flags = self.inbuf[4];
-            let stream_id =
-                u32::from_be_bytes([self.inbuf[5], self.inbuf[6], self.inbuf[7], self.inbuf[8]])
-                    & 0x7fff_ffff;
-            let frame: Vec<u8> = self.inbuf.drain(..FRAME_HEADER_LEN + len).collect();
+            let flags = head[4];
+            let stream_id = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+            let range = *pos..*pos + FRAME_HEADER_LEN + len;
+            *pos = range.end;
+            if typ != TYPE_HEADERS && typ != TYPE_CONTINUATION {
+                self.out.extend_from_slice(&self.inbuf[range]);
+                continue;
+            }
+            let frame = self.inbuf[range].to_vec();
             let payload = &frame[FRAME_HEADER_LEN..];
-            match typ {
-                TYPE_HEADERS => {
-                    let mut start = 0;
-                    let mut end = payload.len();
-                    if flags & FLAG_PADDED != 0 {
-                        let pad = *payload
-                            .first()
-                            .ok_or_else(|| bad("empty padded HEADERS frame".into()))?
-                            as usize;
-                        start = 1;
-                        end = end
-                            .checked_sub(pad)
-                            .ok_or_else(|| bad("HEADERS padding longer than the frame".into()))?;
-                    }
-                    if flags & FLAG_PRIORITY != 0 {
-                        start += 5;
-                    }
-                    if start > end {
-                        return Err(bad("malformed HEADERS frame".into()));
-                    }
-                    let block = PendingBlock {
-                        stream_id,
-                        end_stream: flags & FLAG_END_STREAM != 0,
-                        block: payload[start..end].to_vec(),
-                        raw: frame.clone(),
-                    };
-                    if flags & FLAG_END_HEADERS != 0 {
-                        self.emit(block)?;
-                    } else {
-                        self.pending = Some(block);
-                    }
+            if typ == TYPE_HEADERS {
+                let mut start = 0;
+                let mut end = payload.len();
+                if flags & FLAG_PADDED != 0 {
+                    let pad = *payload
+                        .first()
+                        .ok_or_else(|| bad("empty padded HEADERS frame".into()))?
+                        as usize;
+                    start = 1;
+                    end = end
+                        .checked_sub(pad)
+                        .ok_or_else(|| bad("HEADERS padding longer than the frame".into()))?;
                 }
-                TYPE_CONTINUATION => {
-                    let mut block = self
-                        .pending
-                        .take()
-                        .ok_or_else(|| bad("CONTINUATION without HEADERS".into()))?;
-                    if block.stream_id != stream_id {
-                        return Err(bad("CONTINUATION on another stream than its HEADERS".into()));
-                    }
-                    if block.raw.len() + frame.len() > MAX_HEADER_BLOCK {
-                        return Err(bad(format!(
-                            "header block over {MAX_HEADER_BLOCK} bytes on stream {stream_id}"
-                        )));
-                    }
-                    block.block.extend_from_slice(payload);
-                    block.raw.extend_from_slice(&frame);
-                    if flags & FLAG_END_HEADERS != 0 {
-                        self.emit(block)?;
-                    } else {
-                        self.pending = Some(block);
-                    }
+                if flags & FLAG_PRIORITY != 0 {
+                    start += 5;
                 }
-                _ => self.out.extend_from_slice(&frame),
+                if start > end {
+                    return Err(bad("malformed HEADERS frame".into()));
+                }
+                let block = PendingBlock {
+                    stream_id,
+                    end_stream: flags & FLAG_END_STREAM != 0,
+                    block: payload[start..end].to_vec(),
+                    raw: frame.clone(),
+                };
+                if flags & FLAG_END_HEADERS != 0 {
+                    self.emit(block)?;
+                } else {
+                    self.pending = Some(block);
+                }
+            } else {
+                let mut block = self
+                    .pending
+                    .take()
+                    .ok_or_else(|| bad("CONTINUATION without HEADERS".into()))?;
+                if block.stream_id != stream_id {
+                    return Err(bad("CONTINUATION on another stream than its HEADERS".into()));
+                }
+                if block.raw.len() + frame.len() > MAX_HEADER_BLOCK {
+                    return Err(bad(format!(
+                        "header block over {MAX_HEADER_BLOCK} bytes on stream {stream_id}"
+                    )));
+                }
+                block.block.extend_from_slice(payload);
+                block.raw.extend_from_slice(&frame);
+                if flags & FLAG_END_HEADERS != 0 {
+                    self.emit(block)?;
+                } else {
+                    self.pending = Some(block);
+                }
             }
         }
     }
@@ -291,8 +306,14 @@ impl<S: AsyncRead + Unpin> AsyncRead for AuthorityFix<S> {
             if this.eof {
                 return Poll::Ready(Ok(()));
             }
-            let mut tmp = [0u8; 16 * 1024];
-            let mut rb = ReadBuf::new(&mut tmp);
+            if this.passthrough && this.inbuf.is_empty() {
+                // Nothing held back and nothing left to look at: the socket reads straight
+                // into the server's buffer.
+                return Pin::new(&mut this.inner).poll_read(cx, buf);
+            }
+            // Zeroed once per connection, not once per read.
+            let scratch = this.scratch.get_or_insert_with(|| vec![0u8; READ_CHUNK]);
+            let mut rb = ReadBuf::new(scratch);
             match Pin::new(&mut this.inner).poll_read(cx, &mut rb) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
@@ -309,6 +330,9 @@ impl<S: AsyncRead + Unpin> AsyncRead for AuthorityFix<S> {
                     this.inbuf.extend_from_slice(got);
                     if let Err(e) = this.process() {
                         return Poll::Ready(Err(e));
+                    }
+                    if this.passthrough {
+                        this.scratch = None;
                     }
                 }
             }
@@ -446,6 +470,45 @@ mod passthrough_tests {
         fix.process().unwrap();
         assert!(fix.passthrough);
         assert_eq!(fix.out, wire);
+    }
+
+    /// Reads through the wrapper as the HTTP/2 server does, the client writing in pieces:
+    /// every byte arrives once and in order, before passthrough (parsed) and after (straight
+    /// into the reader's buffer).
+    #[tokio::test]
+    async fn reads_through_the_wrapper_keep_every_byte_in_order() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut enc = loona_hpack::Encoder::new();
+        let block = enc.encode([
+            (&b":authority"[..], &b"127.0.0.1:2379"[..]),
+            (b":path", b"/x"),
+        ]);
+        let mut wire = PREFACE.to_vec();
+        let n = block.len() as u8;
+        wire.extend_from_slice(&[0, 0, n, TYPE_HEADERS, FLAG_END_HEADERS, 0, 0, 0, 1]);
+        wire.extend_from_slice(&block);
+        for i in 0..2000u32 {
+            wire.extend_from_slice(&[0, 0, 4, 0, 0, 0, 0, 0, 1]);
+            wire.extend_from_slice(&i.to_be_bytes());
+        }
+        let (mut client, server) = tokio::io::duplex(64);
+        let sent = wire.clone();
+        let writer = tokio::spawn(async move {
+            for piece in sent.chunks(7) {
+                client.write_all(piece).await.expect("write");
+            }
+        });
+        let mut fix = AuthorityFix::new(server);
+        let mut got = Vec::new();
+        let mut buf = [0u8; 100];
+        while got.len() < wire.len() {
+            let n = fix.read(&mut buf).await.expect("read");
+            assert!(n > 0, "early end after {} bytes", got.len());
+            got.extend_from_slice(&buf[..n]);
+        }
+        writer.await.expect("writer");
+        assert!(fix.passthrough && fix.scratch.is_none());
+        assert_eq!(got, wire);
     }
 }
 

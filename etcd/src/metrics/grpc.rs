@@ -2,10 +2,11 @@
 // arrives, grpc_server_handled_total with its status code when it ends (trailers seen), and
 // each message either way with its bytes (etcd_network_client_grpc_{received,sent}_bytes_total).
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, OnceLock, RwLock};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -64,51 +65,72 @@ pub fn init_service(service: &str) {
     }
 }
 
-/// The labels of one call: (method, service, type), with its message counters looked up once
-/// (a watch stream counts every message it sends).
-#[derive(Clone)]
-struct Call {
+/// The series of one method: (method, service, type) and its counters, looked up once per
+/// process, since every call counts into the same ones and the registry's lookups (label
+/// strings under one lock) cost more than the counting.
+struct Series {
     method: String,
     service: String,
     typ: &'static str,
+    started: Arc<AtomicU64>,
     msg_received: Arc<AtomicU64>,
     msg_sent: Arc<AtomicU64>,
+    /// grpc_server_handled_total by code (CODES' order), made when a call first ends so.
+    handled: [OnceLock<Arc<AtomicU64>>; CODES.len()],
 }
+
+/// Series by request path; only paths that name a known method get one.
+static SERIES: LazyLock<RwLock<HashMap<String, Arc<Series>>>> = LazyLock::new(Default::default);
+
+/// The series one call counts into.
+#[derive(Clone)]
+struct Call(Arc<Series>);
 
 impl Call {
     fn from_path(path: &str) -> Option<Call> {
+        if let Some(s) = SERIES.read().unwrap_or_else(|e| e.into_inner()).get(path) {
+            return Some(Call(s.clone()));
+        }
         let (service, method) = path.trim_start_matches('/').split_once('/')?;
         let m = descriptors::method(service, method)?;
         let typ = descriptors::grpc_type(&m);
         let labels = [method, service, typ];
-        Some(Call {
+        let series = Arc::new(Series {
             method: method.to_string(),
             service: service.to_string(),
             typ,
+            started: METRICS.grpc_started.handle(&labels),
             msg_received: METRICS.grpc_msg_received.handle(&labels),
             msg_sent: METRICS.grpc_msg_sent.handle(&labels),
-        })
+            handled: Default::default(),
+        });
+        let mut all = SERIES.write().unwrap_or_else(|e| e.into_inner());
+        Some(Call(all.entry(path.to_string()).or_insert(series).clone()))
     }
 
     fn started(&self) {
-        METRICS
-            .grpc_started
-            .add(&[&self.method, &self.service, self.typ], 1);
+        self.0.started.fetch_add(1, Ordering::Relaxed);
     }
 
     fn handled(&self, code: &str) {
-        METRICS
-            .grpc_handled
-            .add(&[code, &self.method, &self.service, self.typ], 1);
+        let s = &self.0;
+        let i = CODES.iter().position(|c| *c == code).unwrap_or(2); // "Unknown"
+        s.handled[i]
+            .get_or_init(|| {
+                METRICS
+                    .grpc_handled
+                    .handle(&[CODES[i], &s.method, &s.service, s.typ])
+            })
+            .fetch_add(1, Ordering::Relaxed);
     }
 
     /// One message of `len` protobuf bytes received (or sent).
     fn message(&self, sent: bool, len: u64) {
         if sent {
-            self.msg_sent.fetch_add(1, Ordering::Relaxed);
+            self.0.msg_sent.fetch_add(1, Ordering::Relaxed);
             METRICS.grpc_sent_bytes.add(len);
         } else {
-            self.msg_received.fetch_add(1, Ordering::Relaxed);
+            self.0.msg_received.fetch_add(1, Ordering::Relaxed);
             METRICS.grpc_received_bytes.add(len);
         }
     }

@@ -74,11 +74,24 @@ fn end_by(signal: i32) -> ExitCode {
 
 /// Runs the member until it stops: `Some(signal)` when a signal stopped it.
 fn run(cfg: Config) -> Result<Option<i32>, String> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    let mut client = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = client_workers() {
+        client.worker_threads(n);
+    }
+    let rt = client
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
-    rt.block_on(async move {
+    // The peer port and the transport to the other members get a thread of their own: a
+    // heartbeat or an append never waits behind client requests.
+    let peer_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("peer-rt")
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the peer runtime: {e}"))?;
+    let peer = peer_rt.handle().clone();
+    let r = rt.block_on(async move {
         tracing::info!(
             etcd_version = etcd::version::ETCD_VERSION,
             etcd_rs_version = etcd::version::ETCD_RS_VERSION,
@@ -88,13 +101,18 @@ fn run(cfg: Config) -> Result<Option<i32>, String> {
         );
         // Bind first: a port in use is an error before anything is written.
         let listeners = etcd::api::serve::bind(&cfg.listen_client_urls).await?;
-        let peer_listeners = etcd::transport::server::bind(&cfg.listen_peer_urls).await?;
+        // Bound on the peer runtime, whose thread then watches these sockets.
+        let peer_urls = cfg.listen_peer_urls.clone();
+        let peer_listeners = peer
+            .spawn(async move { etcd::transport::server::bind(&peer_urls).await })
+            .await
+            .map_err(|e| format!("cannot listen on the peer URLs: {e}"))??;
         let metrics_listeners = etcd::api::serve::bind(&cfg.listen_metrics_urls).await?;
         etcd::metrics::install();
         etcd::server::heap::start();
         let client_tls = client_tls(&cfg)?;
         let peer_tls = etcd::transport::peer_tls::server_config(&cfg)?;
-        let server = match EtcdServer::start(cfg).await {
+        let server = match EtcdServer::start(cfg, peer.clone()).await {
             Ok(s) => s,
             Err(e @ etcd::server::bootstrap::BootError::Removed(_)) => {
                 tracing::error!("{e}");
@@ -108,7 +126,7 @@ fn run(cfg: Config) -> Result<Option<i32>, String> {
             let mut stop = stop_tx.subscribe();
             let s = server.clone();
             let tls = peer_tls.clone();
-            peer_tasks.push(tokio::spawn(async move {
+            peer_tasks.push(peer.spawn(async move {
                 let shutdown = async move {
                     let _ = stop.recv().await;
                 };
@@ -208,7 +226,21 @@ fn run(cfg: Config) -> Result<Option<i32>, String> {
             Some(f) => removed_or_failed(f),
             None => Ok(signal),
         }
-    })
+    });
+    // Peer connections that outlived the listeners' deadline are not waited for.
+    peer_rt.shutdown_background();
+    r
+}
+
+/// Worker threads of the client runtime: one core is left to the raft and apply threads
+/// (on two cores one worker served puts and watches with 10-20% less CPU than two, which woke
+/// each other for every request), unless TOKIO_WORKER_THREADS says otherwise.
+fn client_workers() -> Option<usize> {
+    if std::env::var_os("TOKIO_WORKER_THREADS").is_some() {
+        return None; // tokio reads it itself
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    Some(cores.saturating_sub(1).max(1))
 }
 
 /// Stops the member's raft, apply and storage threads (blocking work, off the runtime).

@@ -189,7 +189,12 @@ pub struct EtcdServer {
 impl EtcdServer {
     /// Boots the member in `cfg.data_dir` (a new member of a running cluster first asks its
     /// peers for the cluster) and starts its raft loop and peer connections.
-    pub async fn start(cfg: Config) -> Result<Arc<EtcdServer>, bootstrap::BootError> {
+    /// Starts the member; its peer transport runs on `peer_rt` (see main.rs: its own runtime,
+    /// so a client load that keeps the client runtime busy cannot hold back raft messages).
+    pub async fn start(
+        cfg: Config,
+        peer_rt: tokio::runtime::Handle,
+    ) -> Result<Arc<EtcdServer>, bootstrap::BootError> {
         // A bad --auth-token stops the start before the data dir is touched.
         let tokens =
             crate::auth::token::TokenProvider::from_flag(&cfg.auth_token, cfg.auth_token_ttl)
@@ -252,7 +257,7 @@ impl EtcdServer {
                 tls: crate::transport::peer_tls::client_config(&shared.cfg)
                     .map_err(bootstrap::BootError::Config)?,
             },
-            tokio::runtime::Handle::current(),
+            peer_rt,
             Arc::new(move |r| {
                 let _ = reports.send(RaftMsg::Report(r));
             }),

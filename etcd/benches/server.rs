@@ -12,7 +12,7 @@
 // Sizes (defaults): BENCH_SECS=5 per timed load, BENCH_KEYS=100000, BENCH_PREFIX_KEYS=10000,
 // BENCH_WATCHERS=1000, BENCH_WATCH_KEYS=100, BENCH_WATCH_PUTS=8000, BENCH_WATCHERS_PER_STREAM=1,
 // BENCH_COMPACT_REVS=100000 (1000000 for the million). BENCH_ONLY=etcd|ours runs one
-// server; BENCH_WORKLOADS=keys,put1,put64,txn,range,prefix,watch,progress,db,compact picks workloads.
+// server; BENCH_WORKLOADS=keys,put1,put64,txn,range,prefix,listall,watch,progress,db,compact picks workloads.
 // BENCH_FLAGS="--unsafe-no-fsync ..." adds flags to both servers' command lines.
 // Quick mode: BENCH_SECS=2 BENCH_KEYS=20000 BENCH_COMPACT_REVS=20000 scripts/bench.sh server
 

@@ -19,6 +19,10 @@
 // prefix   BENCH_PREFIX_KEYS (10k) keys `pfx/NNNNN` are written first (untimed); then 64 clients
 //          range the prefix `pfx/` with limit 100, linearizable (etcd 3.4 walks every key of
 //          the range to count it; each answer must hold 100 keys).
+// listall  64 clients put (as put64) for BENCH_SECS alone, then BENCH_SECS more while one more
+//          client reads every key of the keys workload (`load-`, no limit, serializable) in a
+//          loop, as an unpaginated Kubernetes LIST does: put p99 beside the lists / alone, and
+//          the lists' mean time. Needs `keys` first (BENCH_WORKLOADS=keys,listall).
 // watch    BENCH_WATCHERS (1000) watchers on BENCH_WATCH_KEYS (100) keys `fan/NNN`: watcher w
 //          watches the single key w % 100 (so 10 watchers per key, no prefix watchers), each
 //          on its own gRPC stream (BENCH_WATCHERS_PER_STREAM=m puts m watchers on one stream,
@@ -475,8 +479,9 @@ impl Table {
 }
 
 /// Every workload, in the order the suite runs them.
-pub const WORKLOADS: [&str; 11] = [
-    "keys", "put1", "get1", "put64", "txn", "range", "prefix", "watch", "progress", "db", "compact",
+pub const WORKLOADS: [&str; 12] = [
+    "keys", "put1", "get1", "put64", "txn", "range", "prefix", "listall", "watch", "progress",
+    "db", "compact",
 ];
 
 /// Runs every workload the config asks for on both targets (a missing target leaves zeros).
@@ -602,6 +607,7 @@ async fn workload(w: &str, t: &Target, cfg: &Config, cluster: bool) -> Measured 
             m.absorb(&fill);
             m
         }
+        "listall" => list_all(t, cfg).await,
         "watch" => watch_fanout(t, cfg, None).await,
         "progress" => watch_fanout(t, cfg, Some(Duration::from_millis(100))).await,
         "db" => end_of_run(t).await,
@@ -1208,6 +1214,70 @@ async fn watch_fanout(t: &Target, cfg: &Config, progress_every: Option<Duration>
 }
 
 /// The compaction workload (see the top of this file).
+/// The `listall` workload (see the header).
+async fn list_all(t: &Target, cfg: &Config) -> Measured {
+    let mut m = Measured::default();
+    let pool = Pool::for_clients(&t.urls, CLIENTS).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = {
+        let (pool, stop) = (pool.clone(), stop.clone());
+        tokio::spawn(async move { closed_loop(&pool, CLIENTS, Op::Put, stop, true).await })
+    };
+    let start = Instant::now();
+    tokio::time::sleep(Duration::from_secs_f64(cfg.secs)).await;
+    let t0 = start.elapsed().as_secs_f64();
+    let mut kv = KvClient::new(pool.chan(0)).max_decoding_message_size(usize::MAX);
+    let (mut lists, mut list_ms, mut keys) = (0u64, 0.0, 0usize);
+    let until = Instant::now() + Duration::from_secs_f64(cfg.secs);
+    while Instant::now() < until {
+        let sent = Instant::now();
+        let req = RangeRequest {
+            key: b"load-".to_vec(),
+            range_end: b"load.".to_vec(),
+            serializable: true,
+            ..Default::default()
+        };
+        match kv.range(req).await {
+            Ok(r) => {
+                lists += 1;
+                list_ms += sent.elapsed().as_secs_f64() * 1000.0;
+                keys = r.into_inner().kvs.len();
+            }
+            Err(e) => {
+                m.error(1, Some(format!("list: {e}")));
+                break;
+            }
+        }
+    }
+    let t1 = start.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    let r = load.await.expect("put load panicked");
+    m.absorb(&r);
+    let p99 = |from: f64, to: f64| {
+        let v: Vec<f64> = r
+            .lat
+            .iter()
+            .filter(|l| l.0 >= from && l.0 < to)
+            .map(|l| l.1)
+            .collect();
+        percentile(&sorted(v), 0.99)
+    };
+    let (alone, beside) = (p99(0.0, t0), p99(t0, t1));
+    m.row(
+        format!("list of {keys} keys, mean ms"),
+        list_ms / lists.max(1) as f64,
+        "",
+    );
+    m.row("put p99 ms, 64 clients, alone", alone, "");
+    m.row("put p99 ms, 64 clients, beside the lists", beside, "");
+    m.row(
+        "put p99 beside the lists / alone",
+        if alone > 0.0 { beside / alone } else { 0.0 },
+        "",
+    );
+    m
+}
+
 async fn compaction(t: &Target, cfg: &Config) -> Measured {
     let mut m = Measured::default();
     let pool = Pool::for_clients(&t.urls, CLIENTS).await;

@@ -24,6 +24,24 @@ pub struct KvService {
     pub server: Arc<EtcdServer>,
 }
 
+/// A range without a limit, or with one above this, may read a large part of the store.
+const LONG_RANGE: i64 = 10_000;
+
+/// Runs `read` for range `r`; one that may be long runs with the worker's other tasks handed
+/// to another thread first (block_in_place), since the client runtime may have one worker
+/// (main.rs) and a read of a million keys would stall every other client of this member.
+fn off_the_worker_if_long<T>(r: &RangeRequest, read: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    let long = !r.range_end.is_empty() && (r.limit <= 0 || r.limit > LONG_RANGE);
+    let multi =
+        Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
+    if long && multi {
+        tokio::task::block_in_place(read)
+    } else {
+        read()
+    }
+}
+
 fn unexpected() -> Status {
     tracing::error!("apply returned a result of the wrong kind");
     errors::CORRUPT.status()
@@ -87,7 +105,7 @@ impl Kv for KvService {
         request: Request<RangeRequest>,
     ) -> Result<Response<RangeResponse>, Status> {
         let (ai, r) = self.admit_range(request, false).await?;
-        let mut resp = kv::range(self.server.kv(), &r)?;
+        let mut resp = off_the_worker_if_long(&r, || kv::range(self.server.kv(), &r))?;
         self.check_fresh(&ai)?;
         let rev = resp.header.as_ref().map(|h| h.revision).unwrap_or(0);
         resp.header = self.server.header(rev);

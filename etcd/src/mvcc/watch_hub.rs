@@ -7,8 +7,9 @@
 // slow watcher never holds back the others or the store.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
 use prost::Message;
@@ -67,8 +68,50 @@ struct Mail {
 /// A watch stream's inbox, filled by the dispatcher, emptied by the stream.
 pub struct Mailbox {
     mail: Mutex<Mail>,
-    /// Wakes the stream when mail arrives.
-    pub notify: tokio::sync::Notify,
+    /// Mail arrived since the stream last looked (a flag and a waker, not a tokio Notify: a
+    /// stream waits on its mailbox once per revision, and a Notify's waiter list costs a
+    /// registration and a removal under its lock each time).
+    arrived: AtomicBool,
+    waker: Mutex<Option<Waker>>,
+}
+
+impl Mailbox {
+    fn new() -> Mailbox {
+        Mailbox {
+            mail: Mutex::new(Mail::default()),
+            arrived: AtomicBool::new(false),
+            waker: Mutex::new(None),
+        }
+    }
+
+    /// Tells the stream mail arrived; wakes it only if it had not been told already.
+    fn signal(&self) {
+        if !self.arrived.swap(true, Ordering::AcqRel)
+            && let Some(w) = lock(&self.waker).as_ref()
+        {
+            w.wake_by_ref();
+        }
+    }
+
+    /// Ready once mail arrived since the last time this was ready; otherwise the task of
+    /// `cx` is woken when it does.
+    pub fn poll_arrived(&self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.arrived.swap(false, Ordering::AcqRel) {
+            return Poll::Ready(());
+        }
+        {
+            let mut w = lock(&self.waker);
+            if !w.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                *w = Some(cx.waker().clone());
+            }
+        }
+        // Mail that came while the waker was being stored may have found the old one.
+        if self.arrived.swap(false, Ordering::AcqRel) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
 }
 
 /// One watch stream's place in the hub.
@@ -231,10 +274,7 @@ impl WatchHub {
     pub fn open_stream(&self) -> StreamHandle {
         StreamHandle {
             id: self.next_stream.fetch_add(1, Ordering::Relaxed),
-            mailbox: Arc::new(Mailbox {
-                mail: Mutex::new(Mail::default()),
-                notify: tokio::sync::Notify::new(),
-            }),
+            mailbox: Arc::new(Mailbox::new()),
         }
     }
 
@@ -357,7 +397,7 @@ impl WatchHub {
         woken.sort_by_key(|m| Arc::as_ptr(m) as usize);
         woken.dedup_by_key(|m| Arc::as_ptr(m) as usize);
         for m in woken {
-            m.notify.notify_one();
+            m.signal();
         }
     }
 }

@@ -5,6 +5,7 @@
 // joins the hub.
 
 mod frame;
+mod wake;
 
 pub use frame::{WatchFrame, WatchServer};
 
@@ -21,7 +22,7 @@ use proto::etcdserverpb::{
     watch_request::RequestUnion,
 };
 use proto::mvccpb::Event;
-use tokio_stream::StreamExt;
+use tokio_stream::Stream as _;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::errors;
@@ -644,27 +645,46 @@ async fn run_stream(
     // As etcd, a client that half-closes its side keeps its watches: events flow until the
     // client goes away (the JSON gateway's /v3/watch relies on this).
     let mut inbound_open = true;
+    let wakes = wake::Wakes::new();
     let mut turn: u32 = 0;
     loop {
         turn = turn.wrapping_add(1);
         // Events first: polling the client's side takes its connection's lock, and a busy
         // stream wakes once per revision. Every INBOUND_TURN-th turn the client's side goes
         // first, so a flood of events cannot hold back a cancel or a progress request.
-        let wake = if turn.is_multiple_of(INBOUND_TURN) {
-            tokio::select! {
-                biased;
-                msg = inbound.next(), if inbound_open => Wake::Inbound(msg),
-                _ = mailbox.notify.notified() => Wake::Mailbox,
-                _ = ticker.tick() => Wake::Tick,
+        let inbound_first = turn.is_multiple_of(INBOUND_TURN);
+        let wake = std::future::poll_fn(|cx| {
+            wakes.wake_into(cx);
+            let mut client = |open: bool| {
+                if !open || !wakes.take(wake::INBOUND) {
+                    return None;
+                }
+                let msg = Pin::new(&mut inbound).poll_next(&mut wakes.context(wake::INBOUND));
+                match msg {
+                    Poll::Ready(msg) => {
+                        wakes.again(wake::INBOUND);
+                        Some(Wake::Inbound(msg))
+                    }
+                    Poll::Pending => None,
+                }
+            };
+            if inbound_first && let Some(w) = client(inbound_open) {
+                return Poll::Ready(w);
             }
-        } else {
-            tokio::select! {
-                biased;
-                _ = mailbox.notify.notified() => Wake::Mailbox,
-                msg = inbound.next(), if inbound_open => Wake::Inbound(msg),
-                _ = ticker.tick() => Wake::Tick,
+            if mailbox.poll_arrived(cx).is_ready() {
+                return Poll::Ready(Wake::Mailbox);
             }
-        };
+            if !inbound_first && let Some(w) = client(inbound_open) {
+                return Poll::Ready(w);
+            }
+            if wakes.take(wake::TICK) && ticker.poll_tick(&mut wakes.context(wake::TICK)).is_ready()
+            {
+                wakes.again(wake::TICK);
+                return Poll::Ready(Wake::Tick);
+            }
+            Poll::Pending
+        })
+        .await;
         match wake {
             Wake::Inbound(msg) => {
                 let req = match msg {

@@ -9,7 +9,7 @@ mod wake;
 
 pub use frame::{WatchFrame, WatchServer};
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -65,6 +65,27 @@ fn trim_round(mut events: Vec<Event>, through: i64) -> (Vec<Event>, i64) {
         size += events[i].encoded_len();
     }
     (events, through)
+}
+
+/// Deliveries grouped by watcher, watchers in order of first delivery, each watcher's in
+/// revision order. Most streams carry one watcher: their deliveries go as they are.
+fn by_watcher(deliveries: Vec<Delivery>) -> Vec<(i64, Vec<Delivery>)> {
+    let Some(first) = deliveries.first().map(|d| d.watch_id) else {
+        return Vec::new();
+    };
+    if deliveries.iter().all(|d| d.watch_id == first) {
+        return vec![(first, deliveries)];
+    }
+    let mut groups: Vec<(i64, Vec<Delivery>)> = Vec::new();
+    let mut at: HashMap<i64, usize> = HashMap::new();
+    for d in deliveries {
+        let i = *at.entry(d.watch_id).or_insert_with(|| {
+            groups.push((d.watch_id, Vec::new()));
+            groups.len() - 1
+        });
+        groups[i].1.push(d);
+    }
+    groups
 }
 
 pub struct WatchService {
@@ -335,19 +356,7 @@ impl StreamState {
     /// catch up from history. Returns the revision the deliveries cover.
     async fn drain(&mut self) -> i64 {
         let taken = self.hub.take(&self.handle);
-        // Each watcher's deliveries, in revision order, watchers in order of first delivery.
-        let mut order: Vec<i64> = Vec::new();
-        let mut per: BTreeMap<i64, Vec<Delivery>> = BTreeMap::new();
-        for d in taken.deliveries {
-            per.entry(d.watch_id)
-                .or_insert_with(|| {
-                    order.push(d.watch_id);
-                    Vec::new()
-                })
-                .push(d);
-        }
-        for id in order {
-            let Some(ds) = per.remove(&id) else { continue };
+        for (id, ds) in by_watcher(taken.deliveries) {
             let merge = ds.len() > MERGE_BEHIND;
             let mut events: Vec<Bytes> = Vec::new();
             let mut size = 0;
@@ -367,7 +376,11 @@ impl StreamState {
                 }
                 size += d.events.iter().map(Bytes::len).sum::<usize>();
                 last_rev = d.rev;
-                events.extend(d.events);
+                if events.is_empty() {
+                    events = d.events;
+                } else {
+                    events.extend(d.events);
+                }
             }
             if !events.is_empty() {
                 self.send_events(id, last_rev, events).await;
@@ -737,5 +750,37 @@ impl frame::WatchFrames for WatchService {
             queue,
             run: Some(Box::pin(run)),
         })))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(watch_id: i64, rev: i64) -> Delivery {
+        Delivery {
+            watch_id,
+            rev,
+            events: vec![Bytes::from(format!("{watch_id}@{rev}"))],
+        }
+    }
+
+    fn shape(groups: &[(i64, Vec<Delivery>)]) -> Vec<(i64, Vec<i64>)> {
+        groups
+            .iter()
+            .map(|(id, ds)| (*id, ds.iter().map(|d| d.rev).collect()))
+            .collect()
+    }
+
+    #[test]
+    fn deliveries_group_by_watcher_in_order_of_first_delivery() {
+        assert!(by_watcher(Vec::new()).is_empty());
+        let one = by_watcher(vec![d(7, 2), d(7, 3), d(7, 5)]);
+        assert_eq!(shape(&one), vec![(7, vec![2, 3, 5])]);
+        let mixed = by_watcher(vec![d(9, 2), d(4, 2), d(9, 3), d(1, 4), d(4, 5)]);
+        assert_eq!(
+            shape(&mixed),
+            vec![(9, vec![2, 3]), (4, vec![2, 5]), (1, vec![4])]
+        );
     }
 }

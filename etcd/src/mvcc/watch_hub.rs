@@ -6,6 +6,7 @@
 // watchers leave the synced set and catch up from history later (etcd's unsynced group), so a
 // slow watcher never holds back the others or the store.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
@@ -443,9 +444,11 @@ fn dispatch_revision(
 ) {
     let mut encoded: Vec<Encoded> = Vec::new();
     encoded.resize_with(events.len(), Encoded::default);
-    // Each matched watcher's events of this revision, in event order.
-    let mut per_watcher: HashMap<WatcherKey, Vec<Bytes>> = HashMap::new();
-    let mut order: Vec<WatcherKey> = Vec::new();
+    // Each matched watcher's events of this revision, in event order, watchers in order of
+    // their first event. A revision of one event (most: a put) matches each watcher once, so
+    // only a revision of several needs the index.
+    let mut per_watcher: Vec<(WatcherKey, Vec<Bytes>)> = Vec::new();
+    let mut at: HashMap<WatcherKey, usize> = HashMap::new();
     // Watchers that want a prev_kv this revision's write did not read (it began before they
     // registered their interest): they catch up from the history, which reads it.
     let mut lacking: Vec<WatcherKey> = Vec::new();
@@ -467,26 +470,29 @@ fn dispatch_revision(
                 continue;
             }
             let bytes = encoded[i].get(e, s.spec.prev_kv);
-            per_watcher
-                .entry(*k)
-                .or_insert_with(|| {
-                    order.push(*k);
-                    Vec::new()
-                })
-                .push(bytes);
+            if events.len() == 1 {
+                per_watcher.push((*k, vec![bytes]));
+            } else {
+                match at.entry(*k) {
+                    Entry::Occupied(o) => per_watcher[*o.get()].1.push(bytes),
+                    Entry::Vacant(v) => {
+                        v.insert(per_watcher.len());
+                        per_watcher.push((*k, vec![bytes]));
+                    }
+                }
+            }
         }
     }
+    if !lacking.is_empty() {
+        per_watcher.retain(|(k, _)| !lacking.contains(k));
+    }
     for k in lacking {
-        per_watcher.remove(&k);
         if let Some(s) = hub.remove(k) {
             lock(&s.mailbox.mail).unsynced.push((k.1, rev));
             woken.push(s.mailbox);
         }
     }
-    for k in order {
-        let Some(events) = per_watcher.remove(&k) else {
-            continue;
-        };
+    for (k, events) in per_watcher {
         let Some(s) = hub.watchers.get(&k) else {
             continue;
         };

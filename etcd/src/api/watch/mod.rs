@@ -131,6 +131,9 @@ impl Future for TakeTurn {
 struct AnswerStream {
     queue: Out,
     run: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    /// The queue may hold frames: only the loop fills it, and only while this polls it, so
+    /// after the queue was found empty it stays so until the loop runs again.
+    maybe_queued: bool,
 }
 
 impl AnswerStream {
@@ -146,8 +149,11 @@ impl tokio_stream::Stream for AnswerStream {
     type Item = Result<WatchFrame, Status>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        if let Some(f) = self.pop() {
-            return Poll::Ready(Some(Ok(f)));
+        if self.maybe_queued {
+            if let Some(f) = self.pop() {
+                return Poll::Ready(Some(Ok(f)));
+            }
+            self.maybe_queued = false;
         }
         let Some(run) = self.run.as_mut() else {
             return Poll::Ready(None);
@@ -159,7 +165,10 @@ impl tokio_stream::Stream for AnswerStream {
             self.run = None;
         }
         match self.pop() {
-            Some(f) => Poll::Ready(Some(Ok(f))),
+            Some(f) => {
+                self.maybe_queued = true;
+                Poll::Ready(Some(Ok(f)))
+            }
             None if done => Poll::Ready(None),
             None => Poll::Pending,
         }
@@ -229,9 +238,12 @@ impl StreamState {
             },
             events,
         };
+        if !w.fragment {
+            return self.send(frame).await;
+        }
         // etcd's limit: the request limit plus its allowance for gRPC overhead.
         let limit = self.server.cfg().max_request_bytes + super::serve::GRPC_OVERHEAD_BYTES;
-        for part in frame.fragments(w.fragment, limit) {
+        for part in frame.fragments(true, limit) {
             self.send(part).await;
         }
     }
@@ -749,6 +761,7 @@ impl frame::WatchFrames for WatchService {
         Ok(Response::new(Box::pin(AnswerStream {
             queue,
             run: Some(Box::pin(run)),
+            maybe_queued: false,
         })))
     }
 }

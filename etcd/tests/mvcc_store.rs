@@ -211,7 +211,7 @@ fn a_prev_kv_watcher_is_never_handed_an_event_without_it() {
     w.put_with(b"k", b"v1", 0, false).unwrap();
     w.end(1, 1).unwrap();
     let hub = s.watch_hub().clone();
-    let stream = hub.open_stream();
+    let stream = hub.open_stream(std::task::Waker::noop().clone());
     let mut w = s.write();
     assert_eq!(w.put_with(b"k", b"v2", 0, false).unwrap(), None);
     let _interest = s.prev_kv_interest();

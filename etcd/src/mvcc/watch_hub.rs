@@ -6,11 +6,10 @@
 // watchers leave the synced set and catch up from history later (etcd's unsynced group), so a
 // slow watcher never holds back the others or the store.
 
-use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
-use std::task::{Context, Poll, Waker};
+use std::task::Waker;
 
 use bytes::Bytes;
 use prost::Message;
@@ -69,49 +68,68 @@ struct Mail {
 /// A watch stream's inbox, filled by the dispatcher, emptied by the stream.
 pub struct Mailbox {
     mail: Mutex<Mail>,
-    /// Mail arrived since the stream last looked (a flag and a waker, not a tokio Notify: a
-    /// stream waits on its mailbox once per revision, and a Notify's waiter list costs a
-    /// registration and a removal under its lock each time).
-    arrived: AtomicBool,
-    waker: Mutex<Option<Waker>>,
+    /// Wakes the stream when mail arrives (the stream's own waker for its mailbox: it
+    /// notes which of its sources fired, so a waiting stream registers nothing per revision).
+    wake: Waker,
 }
 
-impl Mailbox {
-    fn new() -> Mailbox {
-        Mailbox {
-            mail: Mutex::new(Mail::default()),
-            arrived: AtomicBool::new(false),
-            waker: Mutex::new(None),
+/// Values grouped by key, keys in order of their first value, each key's values in order.
+pub struct Groups<K, V> {
+    groups: Vec<(K, Vec<V>)>,
+    /// Each key's group; built only once a second key comes (a run of one key, as a stream
+    /// with one watcher has, is never hashed).
+    at: HashMap<K, usize>,
+    /// The caller pushes each key once (a revision of one event matches a watcher once).
+    distinct: bool,
+}
+
+impl<K: Copy + Eq + std::hash::Hash, V> Groups<K, V> {
+    pub fn new() -> Self {
+        Groups {
+            groups: Vec::new(),
+            at: HashMap::new(),
+            distinct: false,
         }
     }
 
-    /// Tells the stream mail arrived; wakes it only if it had not been told already.
-    fn signal(&self) {
-        if !self.arrived.swap(true, Ordering::AcqRel)
-            && let Some(w) = lock(&self.waker).as_ref()
-        {
-            w.wake_by_ref();
+    /// Groups for keys the caller pushes once each: nothing is looked up.
+    pub fn distinct() -> Self {
+        Groups {
+            distinct: true,
+            ..Self::new()
         }
     }
 
-    /// Ready once mail arrived since the last time this was ready; otherwise the task of
-    /// `cx` is woken when it does.
-    pub fn poll_arrived(&self, cx: &mut Context<'_>) -> Poll<()> {
-        if self.arrived.swap(false, Ordering::AcqRel) {
-            return Poll::Ready(());
-        }
-        {
-            let mut w = lock(&self.waker);
-            if !w.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                *w = Some(cx.waker().clone());
+    pub fn push(&mut self, k: K, v: V) {
+        if !self.distinct {
+            if let Some((last, vs)) = self.groups.last_mut()
+                && *last == k
+            {
+                vs.push(v);
+                return;
+            }
+            if let [(first, _)] = self.groups.as_slice() {
+                self.at.insert(*first, 0);
+            }
+            if let Some(&i) = self.at.get(&k) {
+                self.groups[i].1.push(v);
+                return;
+            }
+            if !self.groups.is_empty() {
+                self.at.insert(k, self.groups.len());
             }
         }
-        // Mail that came while the waker was being stored may have found the old one.
-        if self.arrived.swap(false, Ordering::AcqRel) {
-            Poll::Ready(())
-        } else {
-            Poll::Pending
-        }
+        self.groups.push((k, vec![v]));
+    }
+
+    pub fn into_vec(self) -> Vec<(K, Vec<V>)> {
+        self.groups
+    }
+}
+
+impl<K: Copy + Eq + std::hash::Hash, V> Default for Groups<K, V> {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -271,11 +289,14 @@ impl WatchHub {
         (hub.watchers.len(), self.pending.load(Ordering::Relaxed))
     }
 
-    /// A place for a new watch stream.
-    pub fn open_stream(&self) -> StreamHandle {
+    /// A place for a new watch stream; `wake` is woken when mail arrives.
+    pub fn open_stream(&self, wake: Waker) -> StreamHandle {
         StreamHandle {
             id: self.next_stream.fetch_add(1, Ordering::Relaxed),
-            mailbox: Arc::new(Mailbox::new()),
+            mailbox: Arc::new(Mailbox {
+                mail: Mutex::new(Mail::default()),
+                wake,
+            }),
         }
     }
 
@@ -398,7 +419,7 @@ impl WatchHub {
         woken.sort_by_key(|m| Arc::as_ptr(m) as usize);
         woken.dedup_by_key(|m| Arc::as_ptr(m) as usize);
         for m in woken {
-            m.signal();
+            m.wake.wake_by_ref();
         }
     }
 }
@@ -445,10 +466,12 @@ fn dispatch_revision(
     let mut encoded: Vec<Encoded> = Vec::new();
     encoded.resize_with(events.len(), Encoded::default);
     // Each matched watcher's events of this revision, in event order, watchers in order of
-    // their first event. A revision of one event (most: a put) matches each watcher once, so
-    // only a revision of several needs the index.
-    let mut per_watcher: Vec<(WatcherKey, Vec<Bytes>)> = Vec::new();
-    let mut at: HashMap<WatcherKey, usize> = HashMap::new();
+    // their first event. A revision of one event (most: a put) matches each watcher once.
+    let mut per_watcher = if events.len() == 1 {
+        Groups::distinct()
+    } else {
+        Groups::new()
+    };
     // Watchers that want a prev_kv this revision's write did not read (it began before they
     // registered their interest): they catch up from the history, which reads it.
     let mut lacking: Vec<WatcherKey> = Vec::new();
@@ -469,20 +492,10 @@ fn dispatch_revision(
                 }
                 continue;
             }
-            let bytes = encoded[i].get(e, s.spec.prev_kv);
-            if events.len() == 1 {
-                per_watcher.push((*k, vec![bytes]));
-            } else {
-                match at.entry(*k) {
-                    Entry::Occupied(o) => per_watcher[*o.get()].1.push(bytes),
-                    Entry::Vacant(v) => {
-                        v.insert(per_watcher.len());
-                        per_watcher.push((*k, vec![bytes]));
-                    }
-                }
-            }
+            per_watcher.push(*k, encoded[i].get(e, s.spec.prev_kv));
         }
     }
+    let mut per_watcher = per_watcher.into_vec();
     if !lacking.is_empty() {
         per_watcher.retain(|(k, _)| !lacking.contains(k));
     }

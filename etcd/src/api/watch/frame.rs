@@ -39,9 +39,9 @@ fn event_len(e: &Bytes) -> usize {
 impl WatchFrame {
     /// etcd's fragment option: a response over `limit` bytes goes out as several, each with
     /// as many events as fit (at least one), all but the last marked `fragment`.
-    pub fn fragments(self, fragment: bool, limit: usize) -> Vec<WatchFrame> {
+    pub fn fragments(self, limit: usize) -> Vec<WatchFrame> {
         use prost::Message;
-        if !fragment || self.encoded_len() <= limit {
+        if self.encoded_len() <= limit {
             return vec![self];
         }
         let base = self.head.encoded_len();
@@ -232,7 +232,7 @@ mod tests {
         };
         assert_eq!(frame.encode_to_vec(), whole.encode_to_vec());
         assert_eq!(frame.encoded_len(), whole.encoded_len());
-        let parts = frame.fragments(true, whole.encoded_len() - 1);
+        let parts = frame.fragments(whole.encoded_len() - 1);
         assert_eq!(parts.len(), 2);
         assert!(parts[0].head.fragment && !parts[1].head.fragment);
     }

@@ -9,7 +9,7 @@ mod wake;
 
 pub use frame::{WatchFrame, WatchServer};
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -27,7 +27,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::errors;
 use crate::metrics::METRICS;
-use crate::mvcc::watch_hub::{Delivery, StreamHandle, WatchHub, WatchSpec};
+use crate::mvcc::watch_hub::{Delivery, Groups, StreamHandle, WatchHub, WatchSpec};
 use crate::mvcc::{KeyRange, KvStore, MvccError, PrevKvInterest, prev_kv_missing};
 use crate::server::EtcdServer;
 
@@ -68,24 +68,13 @@ fn trim_round(mut events: Vec<Event>, through: i64) -> (Vec<Event>, i64) {
 }
 
 /// Deliveries grouped by watcher, watchers in order of first delivery, each watcher's in
-/// revision order. Most streams carry one watcher: their deliveries go as they are.
+/// revision order.
 fn by_watcher(deliveries: Vec<Delivery>) -> Vec<(i64, Vec<Delivery>)> {
-    let Some(first) = deliveries.first().map(|d| d.watch_id) else {
-        return Vec::new();
-    };
-    if deliveries.iter().all(|d| d.watch_id == first) {
-        return vec![(first, deliveries)];
-    }
-    let mut groups: Vec<(i64, Vec<Delivery>)> = Vec::new();
-    let mut at: HashMap<i64, usize> = HashMap::new();
+    let mut groups = Groups::new();
     for d in deliveries {
-        let i = *at.entry(d.watch_id).or_insert_with(|| {
-            groups.push((d.watch_id, Vec::new()));
-            groups.len() - 1
-        });
-        groups[i].1.push(d);
+        groups.push(d.watch_id, d);
     }
-    groups
+    groups.into_vec()
 }
 
 pub struct WatchService {
@@ -243,7 +232,7 @@ impl StreamState {
         }
         // etcd's limit: the request limit plus its allowance for gRPC overhead.
         let limit = self.server.cfg().max_request_bytes + super::serve::GRPC_OVERHEAD_BYTES;
-        for part in frame.fragments(true, limit) {
+        for part in frame.fragments(limit) {
             self.send(part).await;
         }
     }
@@ -654,8 +643,8 @@ async fn run_stream(
     ticker.tick().await;
     let store = server.kv().clone();
     let hub = store.watch_hub().clone();
-    let handle = hub.open_stream();
-    let mailbox = handle.mailbox.clone();
+    let wakes = wake::Wakes::new();
+    let handle = hub.open_stream(wakes.waker(wake::MAILBOX).clone());
     METRICS.watch_streams.inc();
     let mut st = StreamState {
         server,
@@ -670,7 +659,6 @@ async fn run_stream(
     // As etcd, a client that half-closes its side keeps its watches: events flow until the
     // client goes away (the JSON gateway's /v3/watch relies on this).
     let mut inbound_open = true;
-    let wakes = wake::Wakes::new();
     let mut turn: u32 = 0;
     loop {
         turn = turn.wrapping_add(1);
@@ -696,7 +684,7 @@ async fn run_stream(
             if inbound_first && let Some(w) = client(inbound_open) {
                 return Poll::Ready(w);
             }
-            if mailbox.poll_arrived(cx).is_ready() {
+            if wakes.take(wake::MAILBOX) {
                 return Poll::Ready(Wake::Mailbox);
             }
             if !inbound_first && let Some(w) = client(inbound_open) {

@@ -9,10 +9,13 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Wake, Waker};
 
+/// The stream's mailbox in the watch hub: its waker is the hub's (`WatchHub::open_stream`),
+/// and the mail itself says what came, so the source needs no polling.
+pub const MAILBOX: u8 = 1;
 /// The client's side of the stream.
-pub const INBOUND: u8 = 1;
+pub const INBOUND: u8 = 2;
 /// The progress ticker.
-pub const TICK: u8 = 2;
+pub const TICK: u8 = 4;
 
 /// The sources that fired, and the task to wake when one does.
 struct Fired {
@@ -30,8 +33,12 @@ impl Wake for Source {
         self.wake_by_ref();
     }
 
+    /// Wakes the task only when the source was not marked already: a marked source has woken
+    /// it and not been looked at since.
     fn wake_by_ref(self: &Arc<Self>) {
-        self.fired.bits.fetch_or(self.bit, Ordering::AcqRel);
+        if self.fired.bits.fetch_or(self.bit, Ordering::AcqRel) & self.bit != 0 {
+            return;
+        }
         if let Some(w) = self
             .fired
             .task
@@ -44,15 +51,14 @@ impl Wake for Source {
     }
 }
 
-/// One stream's wakers for INBOUND and TICK.
+/// One stream's wakers, one per source, in the order of the bits.
 pub struct Wakes {
     fired: Arc<Fired>,
-    inbound: Waker,
-    tick: Waker,
+    sources: [Waker; 3],
 }
 
 impl Wakes {
-    /// Both sources start marked: the first wait polls each once, which registers it.
+    /// INBOUND and TICK start marked: the first wait polls each once, which registers it.
     pub fn new() -> Wakes {
         let fired = Arc::new(Fired {
             bits: AtomicU8::new(INBOUND | TICK),
@@ -65,13 +71,13 @@ impl Wakes {
             }))
         };
         Wakes {
-            inbound: source(INBOUND),
-            tick: source(TICK),
+            sources: [source(MAILBOX), source(INBOUND), source(TICK)],
             fired,
         }
     }
 
-    /// Makes `cx`'s task the one a source wakes. Call before polling any source.
+    /// Makes `cx`'s task the one a source wakes. Call before looking at any source: a source
+    /// that fires after this wakes the task.
     pub fn wake_into(&self, cx: &Context<'_>) {
         let mut task = self.fired.task.lock().unwrap_or_else(|e| e.into_inner());
         if !task.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
@@ -79,23 +85,24 @@ impl Wakes {
         }
     }
 
-    /// Whether `bit` fired since it was last taken (it is cleared: poll the source now).
+    /// Whether `bit` fired since it was last taken (it is cleared: look at the source now).
     pub fn take(&self, bit: u8) -> bool {
         self.fired.bits.fetch_and(!bit, Ordering::AcqRel) & bit != 0
     }
 
-    /// Polls `bit`'s source at the next wait too (it was ready: it may be ready again).
+    /// Looks at `bit`'s source at the next wait too (it was ready: it may be ready again).
     pub fn again(&self, bit: u8) {
         self.fired.bits.fetch_or(bit, Ordering::AcqRel);
     }
 
+    /// `bit`'s waker.
+    pub fn waker(&self, bit: u8) -> &Waker {
+        &self.sources[bit.trailing_zeros() as usize]
+    }
+
     /// The context to poll `bit`'s source with.
     pub fn context(&self, bit: u8) -> Context<'_> {
-        Context::from_waker(if bit == INBOUND {
-            &self.inbound
-        } else {
-            &self.tick
-        })
+        Context::from_waker(self.waker(bit))
     }
 }
 

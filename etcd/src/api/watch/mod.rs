@@ -174,6 +174,9 @@ struct StreamState {
     out: Out,
     watchers: BTreeMap<i64, Watcher>,
     next_id: i64,
+    /// The highest header revision of a response sent on this stream: a progress answer
+    /// never names less (a watcher caught up from history may be ahead of the hub).
+    sent_rev: i64,
 }
 
 /// The stream leaves the hub however its loop ends: its own way, or dropped with the answer
@@ -202,7 +205,10 @@ impl StreamState {
 
     /// Queues `f` for the client; once STREAM_BUFFER frames wait, lets the client's side
     /// take them before going on.
-    async fn send(&self, f: WatchFrame) {
+    async fn send(&mut self, f: WatchFrame) {
+        if let Some(h) = &f.head.header {
+            self.sent_rev = self.sent_rev.max(h.revision);
+        }
         let queued = {
             let mut q = self.out.lock().unwrap_or_else(|e| e.into_inner());
             q.push_back(f);
@@ -214,8 +220,8 @@ impl StreamState {
     }
 
     /// Sends `events` to watcher `id` (split as its fragment option says).
-    async fn send_events(&self, id: i64, header_rev: i64, events: Vec<Bytes>) {
-        let Some(w) = self.watchers.get(&id) else {
+    async fn send_events(&mut self, id: i64, header_rev: i64, events: Vec<Bytes>) {
+        let Some(fragment) = self.watchers.get(&id).map(|w| w.fragment) else {
             return;
         };
         METRICS.watch_events.add(events.len() as u64);
@@ -227,7 +233,7 @@ impl StreamState {
             },
             events,
         };
-        if !w.fragment {
+        if !fragment {
             return self.send(frame).await;
         }
         // etcd's limit: the request limit plus its allowance for gRPC overhead.
@@ -396,6 +402,20 @@ impl StreamState {
         taken.through
     }
 
+    /// Drains the mailbox once the hub has handed out every revision this stream's responses
+    /// named; returns the revision the deliveries cover, then at least any named before. A
+    /// watcher caught up from history reads up to the store's revision, which the hub may not
+    /// have dispatched yet: a progress answer of the hub's revision alone would go back.
+    async fn drain_past_sent(&mut self) -> i64 {
+        loop {
+            self.hub.wait_dispatched(self.sent_rev).await;
+            let through = self.drain().await;
+            if through >= self.sent_rev {
+                return through;
+            }
+        }
+    }
+
     /// Brings every watcher that is behind up to date from the store's history, then hands
     /// it to the hub.
     async fn catch_up(&mut self) -> bool {
@@ -492,7 +512,7 @@ impl StreamState {
             if !self.catch_up().await {
                 return false;
             }
-            let through = self.drain().await;
+            let through = self.drain_past_sent().await;
             if self.watchers.values().all(|w| w.synced) {
                 self.send(
                     WatchResponse {
@@ -511,7 +531,7 @@ impl StreamState {
     /// --experimental-watch-progress-notify-interval: each synced watcher that asked for
     /// progress notifications hears the revision everything it was owed is sent through.
     async fn notify_progress(&mut self) -> bool {
-        let through = self.drain().await;
+        let through = self.drain_past_sent().await;
         let ids: Vec<i64> = self
             .watchers
             .iter()
@@ -655,6 +675,7 @@ async fn run_stream(
         out,
         watchers: BTreeMap::new(),
         next_id: 0,
+        sent_rev: 0,
     };
     // As etcd, a client that half-closes its side keeps its watches: events flow until the
     // client goes away (the JSON gateway's /v3/watch relies on this).

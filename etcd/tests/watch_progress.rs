@@ -1,6 +1,7 @@
 // Watch progress requests under load: a progress response for revision R never overtakes an
-// event at or below R (kine#731's failure), on one member and on a follower of a cluster; a
-// request while a watcher still catches up is answered once it has, as etcd 3.5.16 answers.
+// event at or below R (kine#731's failure), on one member, on a follower of a cluster, and with
+// watchers catching up from history meanwhile; a request while a watcher still catches up is
+// answered once it has, as etcd 3.5.16 answers.
 
 #[path = "../../common/tests/support/mod.rs"]
 mod support;
@@ -161,6 +162,145 @@ fn progress_never_overtakes_an_event_on_a_follower() {
         &c.nodes[follower].client_url,
         "follower",
     );
+}
+
+/// Watchers created one after another on one stream from a revision 200 back, each catching
+/// up from history up to the store's revision (which the server's dispatcher may not have
+/// reached yet), while 4 clients write and progress is asked every 10 ms. Returns (events,
+/// progress responses) after checking that no progress response names less than an event
+/// the stream delivered before it, and that each watcher's events come in order, once.
+async fn run_catching_up(url: String) -> (usize, usize) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for w in 0..WRITERS {
+        let (url, stop) = (url.clone(), stop.clone());
+        writers.push(tokio::spawn(async move {
+            let mut kv = KvClient::connect(url).await.expect("connect writer");
+            let mut n = 0u64;
+            while !stop.load(Ordering::SeqCst) {
+                n += 1;
+                kv.put(PutRequest {
+                    key: format!("h/{w}-{}", n % 50).into_bytes(),
+                    value: b"v".to_vec(),
+                    ..Default::default()
+                })
+                .await
+                .expect("put");
+            }
+        }));
+    }
+    let mut wc = WatchClient::connect(url.clone())
+        .await
+        .expect("connect watcher");
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    let mut stream = wc
+        .watch(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .expect("watch")
+        .into_inner();
+    let asker = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut kv = KvClient::connect(url).await.expect("connect asker");
+            let mut turn = 0u32;
+            while !stop.load(Ordering::SeqCst) {
+                if turn.is_multiple_of(10) {
+                    let rev = kv
+                        .range(proto::etcdserverpb::RangeRequest {
+                            key: b"h/".to_vec(),
+                            limit: 1,
+                            ..Default::default()
+                        })
+                        .await
+                        .expect("range")
+                        .into_inner()
+                        .header
+                        .map_or(1, |h| h.revision);
+                    let create = WatchRequest {
+                        request_union: Some(watch_request::RequestUnion::CreateRequest(
+                            WatchCreateRequest {
+                                key: b"h/".to_vec(),
+                                range_end: b"h0".to_vec(),
+                                start_revision: (rev - 200).max(1),
+                                ..Default::default()
+                            },
+                        )),
+                    };
+                    if tx.send(create).await.is_err() {
+                        return;
+                    }
+                }
+                if tx.send(progress_request()).await.is_err() {
+                    return;
+                }
+                turn += 1;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    };
+    let (mut events, mut progress) = (0usize, 0usize);
+    let mut highest_event = 0i64;
+    let mut last_of: std::collections::HashMap<i64, i64> = Default::default();
+    let end = Instant::now() + RUN;
+    while Instant::now() < end {
+        let r = tokio::time::timeout(Duration::from_secs(5), stream.message())
+            .await
+            .expect("a watch response in time")
+            .expect("watch stream")
+            .expect("a response");
+        if r.created {
+            last_of.insert(r.watch_id, 0);
+            continue;
+        }
+        let rev = r.header.as_ref().map_or(0, |h| h.revision);
+        if r.events.is_empty() {
+            // Everything at or below `rev` of every watcher on the stream has been delivered.
+            assert!(
+                rev >= highest_event,
+                "progress at {rev} after an event at {highest_event}"
+            );
+            progress += 1;
+            continue;
+        }
+        let last = last_of
+            .get_mut(&r.watch_id)
+            .expect("events of a created watch");
+        for e in &r.events {
+            let mr = e.kv.as_ref().map_or(0, |k| k.mod_revision);
+            assert!(
+                mr > *last,
+                "watch {}: event at {mr} after one at {last}",
+                r.watch_id
+            );
+            *last = mr;
+            highest_event = highest_event.max(mr);
+            events += 1;
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    for w in writers {
+        w.await.expect("writer");
+    }
+    asker.abort();
+    assert!(last_of.len() > 10, "only {} watches created", last_of.len());
+    (events, progress)
+}
+
+#[test]
+fn progress_never_overtakes_an_event_caught_up_from_history() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let c = Cluster::start(OURS, dir.path(), 1, false, &[]);
+    let url = c.nodes[0].client_url.clone();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (events, progress) = rt.block_on(run_catching_up(url));
+    eprintln!("catching up: {events} events, {progress} progress responses, none out of order");
+    assert!(events > 200, "only {events} events");
+    assert!(progress > 20, "only {progress} progress responses");
 }
 
 /// Revisions of history (10 keys each) the watcher catches up on.

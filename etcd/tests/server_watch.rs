@@ -12,6 +12,14 @@ use support::RealEtcd;
 
 const OURS: &str = env!("CARGO_BIN_EXE_etcd");
 
+/// The fan-out test compares delivery latency between two runs, so it runs with none of this
+/// file's other tests beside it (they share the machine; they may run together).
+static ALONE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+fn beside_others() -> std::sync::RwLockReadGuard<'static, ()> {
+    ALONE.read().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Opens a watch stream on `url` sending `creates` in order; the sender keeps it open.
 async fn open_watch(
     url: &str,
@@ -220,6 +228,7 @@ async fn prev_kv_events(
 /// etcd sends.
 #[test]
 fn prev_kv_of_writes_made_before_the_watcher_is_etcds() {
+    let _shared = beside_others();
     let tmp = tempfile::tempdir().expect("temp dir");
     let mut out = Vec::new();
     for (name, bin) in [("real", "etcd"), ("ours", OURS)] {
@@ -264,6 +273,7 @@ fn prev_kv_of_writes_made_before_the_watcher_is_etcds() {
 
 #[test]
 fn a_revision_with_thousands_of_events_arrives_whole() {
+    let _shared = beside_others();
     let results = both(&[], |url| {
         let rt = tokio::runtime::Runtime::new().expect("runtime");
         rt.block_on(async {
@@ -285,6 +295,7 @@ fn a_revision_with_thousands_of_events_arrives_whole() {
 
 #[test]
 fn fragment_splits_large_responses_like_etcd() {
+    let _shared = beside_others();
     // 2000 puts of 800-byte values in 20 txns: a ~1.7 MiB catch-up, over etcd's fragment
     // limit of --max-request-bytes (100000 here) plus 512 KiB of gRPC overhead.
     let results = both(&["--max-request-bytes", "100000"], |url| {
@@ -348,6 +359,7 @@ async fn idle_watch(
 /// response as a line, so merging two revisions was visible there).
 #[test]
 fn a_synced_watcher_gets_one_response_per_revision() {
+    let _shared = beside_others();
     let results = both(&[], |url| {
         let rt = tokio::runtime::Runtime::new().expect("runtime");
         rt.block_on(async {
@@ -390,6 +402,7 @@ fn a_synced_watcher_gets_one_response_per_revision() {
 
 #[test]
 fn a_watcher_that_stops_reading_blocks_no_one_and_catches_up_later() {
+    let _shared = beside_others();
     let tmp = tempfile::tempdir().expect("temp dir");
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     // What 40 MiB of writes cost the server by themselves (raft log, buffers, allocator).
@@ -585,6 +598,7 @@ async fn fan_out_run(url: &str, streams: usize, stalled: bool) -> f64 {
 
 #[test]
 fn a_thousand_watchers_get_every_event_and_a_stalled_one_delays_no_one() {
+    let _alone = ALONE.write().unwrap_or_else(|e| e.into_inner());
     let tmp = tempfile::tempdir().expect("temp dir");
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let s = RealEtcd::start_bin(OURS, &tmp.path().join("ours"), "w", &[]);

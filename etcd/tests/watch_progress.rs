@@ -9,6 +9,8 @@ mod support;
 #[path = "cluster_support/mod.rs"]
 mod cluster_support;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use cluster_support::Cluster;
@@ -23,33 +25,68 @@ const FAST: &[&str] = &["--heartbeat-interval", "50", "--election-timeout", "500
 const WRITERS: usize = 4;
 const RUN: Duration = Duration::from_secs(4);
 
+/// WRITERS clients putting `key(writer, n)` for n = 1, 2, ... until `stop`.
+fn spawn_writers(
+    url: &str,
+    key: fn(usize, u64) -> String,
+    stop: &Arc<AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..WRITERS)
+        .map(|w| {
+            let (url, stop) = (url.to_string(), stop.clone());
+            tokio::spawn(async move {
+                let mut kv = KvClient::connect(url).await.expect("connect writer");
+                let mut n = 0u64;
+                while !stop.load(Ordering::SeqCst) {
+                    n += 1;
+                    kv.put(PutRequest {
+                        key: key(w, n).into_bytes(),
+                        value: b"v".to_vec(),
+                        ..Default::default()
+                    })
+                    .await
+                    .expect("put");
+                }
+            })
+        })
+        .collect()
+}
+
+/// A watch stream on `url` and the sender of its requests.
+async fn open_stream(
+    url: String,
+) -> (
+    tonic::Streaming<proto::etcdserverpb::WatchResponse>,
+    tokio::sync::mpsc::Sender<WatchRequest>,
+) {
+    let mut wc = WatchClient::connect(url).await.expect("connect watcher");
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    let stream = wc
+        .watch(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .expect("watch")
+        .into_inner();
+    (stream, tx)
+}
+
+/// The next response on `stream`, within 5 s.
+async fn next_response(
+    stream: &mut tonic::Streaming<proto::etcdserverpb::WatchResponse>,
+) -> proto::etcdserverpb::WatchResponse {
+    tokio::time::timeout(Duration::from_secs(5), stream.message())
+        .await
+        .expect("a watch response in time")
+        .expect("watch stream")
+        .expect("a response")
+}
+
 /// Writes from 4 clients while a prefix watch asks for progress every 10 ms; returns
 /// (events, progress responses) after checking every event comes after the progress
 /// responses before it, and every event arrives in order, once.
 async fn run(write_url: String, watch_url: String) -> (usize, usize) {
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut writers = Vec::new();
-    for w in 0..WRITERS {
-        let (url, stop) = (write_url.clone(), stop.clone());
-        writers.push(tokio::spawn(async move {
-            let mut kv = KvClient::connect(url).await.expect("connect writer");
-            let mut n = 0u64;
-            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                n += 1;
-                kv.put(PutRequest {
-                    key: format!("p/{w}-{n}").into_bytes(),
-                    value: b"v".to_vec(),
-                    ..Default::default()
-                })
-                .await
-                .expect("put");
-            }
-        }));
-    }
-    let mut wc = WatchClient::connect(watch_url)
-        .await
-        .expect("connect watcher");
-    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers = spawn_writers(&write_url, |w, n| format!("p/{w}-{n}"), &stop);
+    let (mut stream, tx) = open_stream(watch_url).await;
     tx.send(WatchRequest {
         request_union: Some(watch_request::RequestUnion::CreateRequest(
             WatchCreateRequest {
@@ -61,21 +98,11 @@ async fn run(write_url: String, watch_url: String) -> (usize, usize) {
     })
     .await
     .expect("create");
-    let mut stream = wc
-        .watch(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await
-        .expect("watch")
-        .into_inner();
     let asker = {
         let stop = stop.clone();
         tokio::spawn(async move {
-            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                let req = WatchRequest {
-                    request_union: Some(watch_request::RequestUnion::ProgressRequest(
-                        WatchProgressRequest {},
-                    )),
-                };
-                if tx.send(req).await.is_err() {
+            while !stop.load(Ordering::SeqCst) {
+                if tx.send(progress_request()).await.is_err() {
                     return;
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
@@ -87,11 +114,7 @@ async fn run(write_url: String, watch_url: String) -> (usize, usize) {
     let mut watch_id = None;
     let end = Instant::now() + RUN;
     while Instant::now() < end {
-        let r = tokio::time::timeout(Duration::from_secs(5), stream.message())
-            .await
-            .expect("a watch response in time")
-            .expect("watch stream")
-            .expect("a response");
+        let r = next_response(&mut stream).await;
         if r.created {
             watch_id = Some(r.watch_id);
             continue;
@@ -123,7 +146,7 @@ async fn run(write_url: String, watch_url: String) -> (usize, usize) {
             events += 1;
         }
     }
-    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    stop.store(true, Ordering::SeqCst);
     for w in writers {
         w.await.expect("writer");
     }
@@ -170,35 +193,9 @@ fn progress_never_overtakes_an_event_on_a_follower() {
 /// progress responses) after checking that no progress response names less than an event
 /// the stream delivered before it, and that each watcher's events come in order, once.
 async fn run_catching_up(url: String) -> (usize, usize) {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    let stop = std::sync::Arc::new(AtomicBool::new(false));
-    let mut writers = Vec::new();
-    for w in 0..WRITERS {
-        let (url, stop) = (url.clone(), stop.clone());
-        writers.push(tokio::spawn(async move {
-            let mut kv = KvClient::connect(url).await.expect("connect writer");
-            let mut n = 0u64;
-            while !stop.load(Ordering::SeqCst) {
-                n += 1;
-                kv.put(PutRequest {
-                    key: format!("h/{w}-{}", n % 50).into_bytes(),
-                    value: b"v".to_vec(),
-                    ..Default::default()
-                })
-                .await
-                .expect("put");
-            }
-        }));
-    }
-    let mut wc = WatchClient::connect(url.clone())
-        .await
-        .expect("connect watcher");
-    let (tx, rx) = tokio::sync::mpsc::channel(16);
-    let mut stream = wc
-        .watch(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await
-        .expect("watch")
-        .into_inner();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers = spawn_writers(&url, |w, n| format!("h/{w}-{}", n % 50), &stop);
+    let (mut stream, tx) = open_stream(url.clone()).await;
     let asker = {
         let stop = stop.clone();
         tokio::spawn(async move {
@@ -244,11 +241,7 @@ async fn run_catching_up(url: String) -> (usize, usize) {
     let mut last_of: std::collections::HashMap<i64, i64> = Default::default();
     let end = Instant::now() + RUN;
     while Instant::now() < end {
-        let r = tokio::time::timeout(Duration::from_secs(5), stream.message())
-            .await
-            .expect("a watch response in time")
-            .expect("watch stream")
-            .expect("a response");
+        let r = next_response(&mut stream).await;
         if r.created {
             last_of.insert(r.watch_id, 0);
             continue;

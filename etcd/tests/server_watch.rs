@@ -4,11 +4,15 @@
 #[path = "../../common/tests/support/mod.rs"]
 mod support;
 
+#[path = "watch_support/mod.rs"]
+mod watch_support;
+
 use proto::etcdserverpb::{
     DeleteRangeRequest, PutRequest, RequestOp, TxnRequest, WatchCreateRequest, WatchRequest,
-    kv_client::KvClient, request_op, watch_client::WatchClient, watch_request,
+    kv_client::KvClient, request_op,
 };
 use support::RealEtcd;
+use watch_support::{next_response, open_watch, open_watch_on};
 
 const OURS: &str = env!("CARGO_BIN_EXE_etcd");
 
@@ -20,58 +24,13 @@ fn beside_others() -> std::sync::RwLockReadGuard<'static, ()> {
     ALONE.read().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Opens a watch stream on `url` sending `creates` in order; the sender keeps it open.
-async fn open_watch(
-    url: &str,
-    creates: Vec<WatchCreateRequest>,
-) -> (
-    tonic::Streaming<proto::etcdserverpb::WatchResponse>,
-    tokio::sync::mpsc::Sender<WatchRequest>,
-) {
-    let ch = tonic::transport::Endpoint::from_shared(url.to_string())
-        .expect("url")
-        .connect()
-        .await
-        .expect("connect");
-    open_watch_on(ch, creates).await
-}
-
-/// `open_watch` on an open connection (several streams share one).
-async fn open_watch_on(
-    ch: tonic::transport::Channel,
-    creates: Vec<WatchCreateRequest>,
-) -> (
-    tonic::Streaming<proto::etcdserverpb::WatchResponse>,
-    tokio::sync::mpsc::Sender<WatchRequest>,
-) {
-    let mut wc = WatchClient::new(ch).max_decoding_message_size(64 << 20);
-    let (tx, rx) = tokio::sync::mpsc::channel(creates.len().max(4));
-    for c in creates {
-        tx.send(WatchRequest {
-            request_union: Some(watch_request::RequestUnion::CreateRequest(c)),
-        })
-        .await
-        .expect("send");
-    }
-    let stream = wc
-        .watch(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await
-        .expect("watch")
-        .into_inner();
-    (stream, tx)
-}
-
 /// The next response on `stream` that carries events (skipping creations and progress),
 /// within 10 s.
 async fn next_with_events(
     stream: &mut tonic::Streaming<proto::etcdserverpb::WatchResponse>,
 ) -> proto::etcdserverpb::WatchResponse {
     loop {
-        let r = tokio::time::timeout(std::time::Duration::from_secs(10), stream.message())
-            .await
-            .expect("watch response in time")
-            .expect("watch stream")
-            .expect("a response");
+        let r = next_response(stream, std::time::Duration::from_secs(10)).await;
         if !r.events.is_empty() {
             return r;
         }

@@ -9,9 +9,14 @@ mod support;
 #[path = "cluster_support/mod.rs"]
 mod cluster_support;
 
+#[path = "watch_support/mod.rs"]
+mod watch_support;
+
+use watch_support::{each_response_for, open_watch};
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cluster_support::Cluster;
 use proto::etcdserverpb::{
@@ -52,32 +57,17 @@ fn spawn_writers(
         .collect()
 }
 
-/// A watch stream on `url` and the sender of its requests.
-async fn open_stream(
-    url: String,
-) -> (
-    tonic::Streaming<proto::etcdserverpb::WatchResponse>,
-    tokio::sync::mpsc::Sender<WatchRequest>,
+/// Stops the writers (each finishes its put in flight) and the task asking for progress.
+async fn stop_writers(
+    stop: &AtomicBool,
+    writers: Vec<tokio::task::JoinHandle<()>>,
+    asker: tokio::task::JoinHandle<()>,
 ) {
-    let mut wc = WatchClient::connect(url).await.expect("connect watcher");
-    let (tx, rx) = tokio::sync::mpsc::channel(16);
-    let stream = wc
-        .watch(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await
-        .expect("watch")
-        .into_inner();
-    (stream, tx)
-}
-
-/// The next response on `stream`, within 5 s.
-async fn next_response(
-    stream: &mut tonic::Streaming<proto::etcdserverpb::WatchResponse>,
-) -> proto::etcdserverpb::WatchResponse {
-    tokio::time::timeout(Duration::from_secs(5), stream.message())
-        .await
-        .expect("a watch response in time")
-        .expect("watch stream")
-        .expect("a response")
+    stop.store(true, Ordering::SeqCst);
+    for w in writers {
+        w.await.expect("writer");
+    }
+    asker.abort();
 }
 
 /// Writes from 4 clients while a prefix watch asks for progress every 10 ms; returns
@@ -86,18 +76,12 @@ async fn next_response(
 async fn run(write_url: String, watch_url: String) -> (usize, usize) {
     let stop = Arc::new(AtomicBool::new(false));
     let writers = spawn_writers(&write_url, |w, n| format!("p/{w}-{n}"), &stop);
-    let (mut stream, tx) = open_stream(watch_url).await;
-    tx.send(WatchRequest {
-        request_union: Some(watch_request::RequestUnion::CreateRequest(
-            WatchCreateRequest {
-                key: b"p/".to_vec(),
-                range_end: b"p0".to_vec(),
-                ..Default::default()
-            },
-        )),
-    })
-    .await
-    .expect("create");
+    let create = WatchCreateRequest {
+        key: b"p/".to_vec(),
+        range_end: b"p0".to_vec(),
+        ..Default::default()
+    };
+    let (mut stream, tx) = open_watch(&watch_url, vec![create]).await;
     let asker = {
         let stop = stop.clone();
         tokio::spawn(async move {
@@ -112,12 +96,10 @@ async fn run(write_url: String, watch_url: String) -> (usize, usize) {
     let (mut events, mut progress) = (0usize, 0usize);
     let (mut last_progress, mut last_event) = (0i64, 0i64);
     let mut watch_id = None;
-    let end = Instant::now() + RUN;
-    while Instant::now() < end {
-        let r = next_response(&mut stream).await;
+    each_response_for(&mut stream, RUN, |r| {
         if r.created {
             watch_id = Some(r.watch_id);
-            continue;
+            return;
         }
         let rev = r.header.as_ref().map_or(0, |h| h.revision);
         if r.events.is_empty() {
@@ -132,7 +114,7 @@ async fn run(write_url: String, watch_url: String) -> (usize, usize) {
             );
             last_progress = rev;
             progress += 1;
-            continue;
+            return;
         }
         assert_eq!(Some(r.watch_id), watch_id, "events for another watch");
         for e in &r.events {
@@ -145,12 +127,9 @@ async fn run(write_url: String, watch_url: String) -> (usize, usize) {
             last_event = mr;
             events += 1;
         }
-    }
-    stop.store(true, Ordering::SeqCst);
-    for w in writers {
-        w.await.expect("writer");
-    }
-    asker.abort();
+    })
+    .await;
+    stop_writers(&stop, writers, asker).await;
     (events, progress)
 }
 
@@ -195,7 +174,7 @@ fn progress_never_overtakes_an_event_on_a_follower() {
 async fn run_catching_up(url: String) -> (usize, usize) {
     let stop = Arc::new(AtomicBool::new(false));
     let writers = spawn_writers(&url, |w, n| format!("h/{w}-{}", n % 50), &stop);
-    let (mut stream, tx) = open_stream(url.clone()).await;
+    let (mut stream, tx) = open_watch(&url, Vec::new()).await;
     let asker = {
         let stop = stop.clone();
         tokio::spawn(async move {
@@ -239,12 +218,10 @@ async fn run_catching_up(url: String) -> (usize, usize) {
     let (mut events, mut progress) = (0usize, 0usize);
     let mut highest_event = 0i64;
     let mut last_of: std::collections::HashMap<i64, i64> = Default::default();
-    let end = Instant::now() + RUN;
-    while Instant::now() < end {
-        let r = next_response(&mut stream).await;
+    each_response_for(&mut stream, RUN, |r| {
         if r.created {
             last_of.insert(r.watch_id, 0);
-            continue;
+            return;
         }
         let rev = r.header.as_ref().map_or(0, |h| h.revision);
         if r.events.is_empty() {
@@ -254,7 +231,7 @@ async fn run_catching_up(url: String) -> (usize, usize) {
                 "progress at {rev} after an event at {highest_event}"
             );
             progress += 1;
-            continue;
+            return;
         }
         let last = last_of
             .get_mut(&r.watch_id)
@@ -270,12 +247,9 @@ async fn run_catching_up(url: String) -> (usize, usize) {
             highest_event = highest_event.max(mr);
             events += 1;
         }
-    }
-    stop.store(true, Ordering::SeqCst);
-    for w in writers {
-        w.await.expect("writer");
-    }
-    asker.abort();
+    })
+    .await;
+    stop_writers(&stop, writers, asker).await;
     assert!(last_of.len() > 10, "only {} watches created", last_of.len());
     (events, progress)
 }

@@ -82,15 +82,15 @@ fn run(cfg: Config) -> Result<Option<i32>, String> {
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
-    // The peer port and the transport to the other members get a thread of their own: a
-    // heartbeat or an append never waits behind client requests.
-    let peer_rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name("peer-rt")
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the peer runtime: {e}"))?;
-    let peer = peer_rt.handle().clone();
+    // The peer port and the transport to the other members run on the raft thread, outside the
+    // client runtime: a heartbeat or an append never waits behind client requests, and goes
+    // between the socket and raft without waking another thread (server/raft_thread.rs).
+    let raft_thread = std::sync::Arc::new(
+        etcd::server::raft_thread::RaftThread::start()
+            .map_err(|e| format!("cannot start the raft thread: {e}"))?,
+    );
+    let peer = raft_thread.handle().clone();
+    let boot_thread = raft_thread.clone();
     let r = rt.block_on(async move {
         tracing::info!(
             etcd_version = etcd::version::ETCD_VERSION,
@@ -112,7 +112,7 @@ fn run(cfg: Config) -> Result<Option<i32>, String> {
         etcd::server::heap::start();
         let client_tls = client_tls(&cfg)?;
         let peer_tls = etcd::transport::peer_tls::server_config(&cfg)?;
-        let server = match EtcdServer::start(cfg, peer.clone()).await {
+        let server = match EtcdServer::start(cfg, &boot_thread).await {
             Ok(s) => s,
             Err(e @ etcd::server::bootstrap::BootError::Removed(_)) => {
                 tracing::error!("{e}");
@@ -228,7 +228,7 @@ fn run(cfg: Config) -> Result<Option<i32>, String> {
         }
     });
     // Peer connections that outlived the listeners' deadline are not waited for.
-    peer_rt.shutdown_background();
+    raft_thread.shutdown();
     r
 }
 

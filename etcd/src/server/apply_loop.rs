@@ -42,7 +42,7 @@ pub enum ApplyTask {
 pub struct ApplyLoop {
     pub shared: Arc<Shared>,
     pub rx: Receiver<ApplyTask>,
-    pub raft_tx: std::sync::mpsc::Sender<RaftMsg>,
+    pub raft_tx: tokio::sync::mpsc::UnboundedSender<RaftMsg>,
     pub transport: Arc<Transport>,
     pub snapshotter: Snapshotter,
     /// The index of this member's newest snapshot (its own or the leader's).

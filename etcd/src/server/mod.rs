@@ -13,13 +13,13 @@ pub mod heap;
 pub mod inbox;
 mod peer_host;
 pub mod raft_loop;
+pub mod raft_thread;
 pub mod reconfig;
 pub mod v2_membership;
 pub mod wait;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, RwLock};
 
 use prost::Message;
@@ -177,24 +177,26 @@ impl Shared {
 /// The running member, as the API layer sees it.
 pub struct EtcdServer {
     shared: Arc<Shared>,
-    raft_tx: Mutex<Sender<RaftMsg>>,
+    raft_tx: Mutex<tokio::sync::mpsc::UnboundedSender<RaftMsg>>,
     inbox: Arc<inbox::Inbox>,
     applied_rx: watch::Receiver<u64>,
     ids: IdGen,
-    raft_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Says when the raft loop has ended (dropped unsent then).
+    raft_done: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
     apply_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     transport: Arc<Transport>,
 }
 
 impl EtcdServer {
     /// Boots the member in `cfg.data_dir` (a new member of a running cluster first asks its
-    /// peers for the cluster) and starts its raft loop and peer connections.
-    /// Starts the member; its peer transport runs on `peer_rt` (see main.rs: its own runtime,
-    /// so a client load that keeps the client runtime busy cannot hold back raft messages).
+    /// peers for the cluster) and starts its raft loop and peer connections, both on
+    /// `raft_thread` (raft_thread.rs: outside the client runtime, so a client load that keeps
+    /// it busy cannot hold back raft messages).
     pub async fn start(
         cfg: Config,
-        peer_rt: tokio::runtime::Handle,
+        raft_thread: &raft_thread::RaftThread,
     ) -> Result<Arc<EtcdServer>, bootstrap::BootError> {
+        let peer_rt = raft_thread.handle().clone();
         // A bad --auth-token stops the start before the data dir is touched.
         let tokens =
             crate::auth::token::TokenProvider::from_flag(&cfg.auth_token, cfg.auth_token_ttl)
@@ -238,7 +240,7 @@ impl EtcdServer {
             version_check: tokio::sync::Notify::new(),
             cfg,
         });
-        let (tx, rx) = std::sync::mpsc::channel();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let reports = tx.clone();
         let steps = tx.clone();
         let inbox = Arc::new(inbox::Inbox::default());
@@ -297,25 +299,38 @@ impl EtcdServer {
                 }
             }),
         )?;
-        let lp = RaftLoop {
-            node: booted.node,
-            wal: booted.wal,
-            snapshotter: booted.snapshotter,
-            shared: shared.clone(),
-            rx,
-            transport: transport.clone(),
-            apply_tx,
-            purge_tx,
-            snapshot_index: booted.snapshot_index,
-        };
-        let handle = spawn("raft-loop", Box::new(move || lp.run()))?;
+        let (node, wal, snapshotter) = (booted.node, booted.wal, booted.snapshotter);
+        let (loop_shared, loop_transport) = (shared.clone(), transport.clone());
+        let snapshot_index = booted.snapshot_index;
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let started = raft_thread.run(Box::new(move |rt| {
+            RaftLoop {
+                node,
+                wal,
+                snapshotter,
+                shared: loop_shared,
+                rx,
+                rt,
+                transport: loop_transport,
+                apply_tx,
+                purge_tx,
+                snapshot_index,
+            }
+            .run();
+            let _ = done_tx.send(());
+        }));
+        if !started {
+            return Err(bootstrap::BootError::Config(
+                "cannot start the raft loop: its thread is gone".into(),
+            ));
+        }
         Ok(Arc::new(EtcdServer {
             ids: IdGen::new(shared.member_id),
             shared,
             raft_tx: Mutex::new(tx),
             inbox,
             applied_rx,
-            raft_thread: Mutex::new(Some(handle)),
+            raft_done: Mutex::new(Some(done_rx)),
             apply_thread: Mutex::new(Some(apply_handle)),
             transport,
         }))
@@ -888,10 +903,21 @@ impl EtcdServer {
         let _ = self.send(RaftMsg::Stop);
         // The raft thread drops the apply queue when it ends; the apply thread then finishes
         // what was queued and ends too.
-        for t in [&self.raft_thread, &self.apply_thread] {
-            if let Some(h) = t.lock().unwrap_or_else(|e| e.into_inner()).take() {
-                let _ = h.join();
-            }
+        if let Some(done) = self
+            .raft_done
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            let _ = done.recv();
+        }
+        if let Some(h) = self
+            .apply_thread
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            let _ = h.join();
         }
         if let Err(e) = self.shared.kv.backend().force_commit() {
             tracing::error!(error = %e, "final backend commit failed");

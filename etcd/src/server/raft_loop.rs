@@ -4,14 +4,16 @@
 // It does only raft's own work so ticks and heartbeats stay on time: applying, snapshot
 // creation and install, and snapshot images run on the apply thread (apply_loop.rs); WAL and
 // snap purges on a purge thread. A leader sends its appends while it fsyncs its own copy.
+// While it waits for work, the peer transport's tasks run on its thread (raft_thread.rs).
 
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
+use std::sync::mpsc::SyncSender;
 use std::time::{Duration, Instant};
 
 use prost::Message as _;
 use proto::raftpb::{ConfChange, ConfChangeType, Entry, EntryType, Message, MessageType, Snapshot};
 use proto::walpb;
+use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::oneshot;
 
 use super::Shared;
@@ -69,7 +71,10 @@ pub struct RaftLoop {
     pub wal: Wal,
     pub snapshotter: Snapshotter,
     pub shared: Arc<Shared>,
-    pub rx: Receiver<RaftMsg>,
+    pub rx: UnboundedReceiver<RaftMsg>,
+    /// The raft thread's runtime (raft_thread.rs): the peer transport's tasks run while the
+    /// loop waits in it.
+    pub rt: Arc<tokio::runtime::Runtime>,
     pub transport: Arc<Transport>,
     /// Committed entries, snapshots to install and snapshot images to send, in log order.
     pub apply_tx: SyncSender<ApplyTask>,
@@ -96,10 +101,14 @@ impl RaftLoop {
             let now = Instant::now();
             let wait = next_tick.saturating_duration_since(now);
             let mut msgs = Vec::new();
-            match self.rx.recv_timeout(wait) {
-                Ok(m) => msgs.push(m),
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => break,
+            let rx = &mut self.rx;
+            match self
+                .rt
+                .block_on(async { tokio::time::timeout(wait, rx.recv()).await })
+            {
+                Ok(Some(m)) => msgs.push(m),
+                Err(_) => {}
+                Ok(None) => break,
             }
             // Take everything queued: proposals arriving during an fsync share the next one.
             while let Ok(m) = self.rx.try_recv() {
@@ -268,7 +277,12 @@ impl RaftLoop {
         // Ready changes term or vote, which must be on disk before anyone hears of them.
         let persisted = self.node.storage().hard_state();
         let now = rd.take_messages_before_persist(persisted);
+        let early = !now.is_empty();
         self.send(now)?;
+        if early {
+            // Lets the transport's tasks write them to the sockets before the fsync.
+            self.rt.block_on(tokio::task::yield_now());
+        }
         // Committed entries this member already has on disk are applied while the new ones
         // are written, as etcd applies while it saves: a client waits for its entry's commit,
         // not for the next batch's fsync. Read states need no disk either.

@@ -903,20 +903,13 @@ impl EtcdServer {
         let _ = self.send(RaftMsg::Stop);
         // The raft thread drops the apply queue when it ends; the apply thread then finishes
         // what was queued and ends too.
-        if let Some(done) = self
-            .raft_done
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
+        fn take<T>(m: &Mutex<Option<T>>) -> Option<T> {
+            m.lock().unwrap_or_else(|e| e.into_inner()).take()
+        }
+        if let Some(done) = take(&self.raft_done) {
             let _ = done.recv();
         }
-        if let Some(h) = self
-            .apply_thread
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
+        if let Some(h) = take(&self.apply_thread) {
             let _ = h.join();
         }
         if let Err(e) = self.shared.kv.backend().force_commit() {

@@ -101,7 +101,7 @@ fn run(cfg: Config) -> Result<Option<i32>, String> {
         );
         // Bind first: a port in use is an error before anything is written.
         let listeners = etcd::api::serve::bind(&cfg.listen_client_urls).await?;
-        // Bound on the peer runtime, whose thread then watches these sockets.
+        // Bound on the raft thread's runtime, which then watches these sockets.
         let peer_urls = cfg.listen_peer_urls.clone();
         let peer_listeners = peer
             .spawn(async move { etcd::transport::server::bind(&peer_urls).await })

@@ -1,7 +1,7 @@
 // The server core under stress, on 3-member clusters of our binary: a compaction of a million
 // revisions while 64 clients write, and kill -9 of the leader again and again while it sends
-// its appends in parallel with its own fsync (no acknowledged write may be lost), and
-// linearizable reads through every member at once.
+// its appends in parallel with its own fsync (no acknowledged write may be lost), linearizable
+// reads through every member at once, and the peer port of a member kept busy by clients.
 
 #[path = "../../common/tests/support/mod.rs"]
 mod support;
@@ -370,4 +370,52 @@ fn linearizable_reads_through_every_member_at_once_are_never_retried() {
             m.log_tail(20)
         );
     }
+}
+
+/// GET `path` on a member's peer port; the whole answer, or None if none came within `within`.
+fn peer_get(listen_peer: &str, path: &str, within: Duration) -> Option<String> {
+    use std::io::{Read, Write};
+    let host = listen_peer.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(host).ok()?;
+    s.set_read_timeout(Some(within)).ok()?;
+    let req = format!("GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n");
+    s.write_all(req.as_bytes()).ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).ok()?;
+    Some(body)
+}
+
+/// The peer port runs on the raft thread, whose loop must give it a turn on every pass: under
+/// a client load that keeps proposals queued, a member alone (nothing to send to peers) still
+/// answers its peer port, as a member being added needs.
+#[test]
+fn the_peer_port_answers_while_clients_keep_a_lone_member_busy() {
+    let dir = tmp();
+    let c = Cluster::start(OURS, dir.path(), 1, false, &[]);
+    let w = Writer::start_many(vec![c.nodes[0].client_url.clone()], "busy/", 64);
+    let started = Instant::now();
+    while w.acked_count() < 2000 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the writers got {} puts acknowledged in 30 s",
+            w.acked_count()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let before = w.acked_count();
+    for i in 0..20 {
+        let answer = peer_get(&c.nodes[0].listen_peer, "/version", Duration::from_secs(3));
+        let Some(answer) = answer else {
+            panic!("request {i} to the peer port got no answer within 3 s under the load");
+        };
+        assert!(
+            answer.starts_with("HTTP/1.") && answer.contains("etcdserver"),
+            "request {i}: {answer}"
+        );
+    }
+    assert!(
+        w.acked_count() > before,
+        "the load stopped while the peer port was asked"
+    );
+    assert!(w.finish().len() >= 2000);
 }

@@ -5,7 +5,7 @@
 // a backend commit or a snapshot install runs (a stalled raft thread costs the cluster its leader).
 
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::mpsc::Receiver;
 use std::time::Instant;
 
 use proto::raftpb::{Entry, EntryType, Message, Snapshot, SnapshotMetadata};
@@ -36,7 +36,7 @@ pub enum ApplyTask {
     SendSnapshot(Message),
     /// Answer once everything queued before is applied (the raft thread applies a conf change
     /// only then, so it sees the same state every member sees at that index).
-    Barrier(SyncSender<()>),
+    Barrier(tokio::sync::oneshot::Sender<()>),
 }
 
 pub struct ApplyLoop {

@@ -901,7 +901,7 @@ impl EtcdServer {
     /// Stops the raft and apply threads and commits the backend (a clean shutdown).
     pub fn stop(&self) {
         let _ = self.send(RaftMsg::Stop);
-        // The raft thread drops the apply queue when it ends; the apply thread then finishes
+        // The raft loop drops the apply queue when it ends; the apply thread then finishes
         // what was queued and ends too.
         fn take<T>(m: &Mutex<Option<T>>) -> Option<T> {
             m.lock().unwrap_or_else(|e| e.into_inner()).take()

@@ -7,7 +7,7 @@
 // While it waits for work, the peer transport's tasks run on its thread (raft_thread.rs).
 
 use std::sync::Arc;
-use std::sync::mpsc::SyncSender;
+use std::sync::mpsc::{SyncSender, TrySendError};
 use std::time::{Duration, Instant};
 
 use prost::Message as _;
@@ -39,6 +39,10 @@ type ReadRound = Option<(u64, Vec<ReadReply>)>;
 /// A ReadIndex request unanswered this long is sent again (a message to or from the leader
 /// may have been dropped), as etcd's read loop does.
 const READ_INDEX_RETRY: Duration = Duration::from_millis(500);
+
+/// The peer transport's tasks run on the raft thread while the loop waits; a loop that keeps
+/// finding work queued gives them a turn at least this often all the same.
+const TRANSPORT_TURN: Duration = Duration::from_millis(1);
 
 /// Work handed to the raft loop.
 pub enum RaftMsg {
@@ -96,16 +100,25 @@ impl RaftLoop {
         let mut waiting_reads: Vec<ReadReply> = Vec::new();
         let mut in_flight: ReadRound = None;
         let mut round_started = Instant::now();
+        let mut last_turn = Instant::now();
         self.maybe_campaign_alone();
         loop {
             let now = Instant::now();
             let wait = next_tick.saturating_duration_since(now);
             let mut msgs = Vec::new();
             let rx = &mut self.rx;
-            match self
-                .rt
-                .block_on(async { tokio::time::timeout(wait, rx.recv()).await })
-            {
+            // With work already queued block_on returns at once without running the
+            // transport's tasks: under a steady client load they still get their turn.
+            let turn = last_turn.elapsed() >= TRANSPORT_TURN;
+            if turn {
+                last_turn = Instant::now();
+            }
+            match self.rt.block_on(async {
+                if turn {
+                    tokio::task::yield_now().await;
+                }
+                tokio::time::timeout(wait, rx.recv()).await
+            }) {
                 Ok(Some(m)) => msgs.push(m),
                 Err(_) => {}
                 Ok(None) => break,
@@ -313,7 +326,13 @@ impl RaftLoop {
         self.node.storage_mut().append(&rd.entries);
         // A follower's messages promise what is on disk (votes, acknowledgements): sent only
         // once persisted.
-        self.send(std::mem::take(&mut rd.messages))?;
+        let late = std::mem::take(&mut rd.messages);
+        let any_late = !late.is_empty();
+        self.send(late)?;
+        if any_late {
+            // Written now, not at the loop's next wait: an ack is what the leader waits for.
+            self.rt.block_on(tokio::task::yield_now());
+        }
         self.hand_committed(std::mem::take(&mut rd.committed_entries))?;
         answer_reads(&rd.read_states, in_flight);
         self.node.advance(rd);
@@ -373,17 +392,31 @@ impl RaftLoop {
         Ok(())
     }
 
-    fn to_apply(&self, task: ApplyTask) -> Result<(), String> {
-        self.apply_tx
-            .send(task)
-            .map_err(|_| "the apply thread stopped".to_string())
+    /// Queues `task` for the apply thread; while its queue is full the transport's tasks keep
+    /// running (link heartbeats, snapshot transfers), as they would on a thread of their own.
+    fn to_apply(&self, mut task: ApplyTask) -> Result<(), String> {
+        loop {
+            match self.apply_tx.try_send(task) {
+                Ok(()) => return Ok(()),
+                Err(TrySendError::Full(t)) => {
+                    task = t;
+                    self.rt
+                        .block_on(tokio::time::sleep(Duration::from_millis(1)));
+                }
+                Err(TrySendError::Disconnected(_)) => {
+                    return Err("the apply thread stopped".to_string());
+                }
+            }
+        }
     }
 
-    /// Waits until the apply thread has applied everything handed to it.
+    /// Waits until the apply thread has applied everything handed to it (the transport's
+    /// tasks run meanwhile).
     fn wait_applied(&self) -> Result<(), String> {
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let (tx, rx) = oneshot::channel();
         self.to_apply(ApplyTask::Barrier(tx))?;
-        rx.recv()
+        self.rt
+            .block_on(rx)
             .map_err(|_| "the apply thread stopped".to_string())
     }
 

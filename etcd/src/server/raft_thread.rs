@@ -22,7 +22,7 @@ pub struct RaftThread {
 
 impl RaftThread {
     /// Starts the thread; until `run` hands it the raft loop it drives the peer tasks only (the
-    /// peer listener binds and a joining member asks the cluster for its members first).
+    /// peer listeners bind there, and the transport starts dialing its peers).
     pub fn start() -> std::io::Result<RaftThread> {
         let rt = Arc::new(
             tokio::runtime::Builder::new_current_thread()

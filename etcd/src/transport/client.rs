@@ -60,11 +60,16 @@ pub struct Identity {
     pub server_version: &'static str,
 }
 
-/// Dials peers and keeps a few connections per URL.
+/// Kept-alive connections by the runtime that drives them and the URL they go to.
+type Pool = HashMap<(Option<tokio::runtime::Id>, String), Vec<SendRequest<Body>>>;
+
+/// Dials peers and keeps a few connections per URL and runtime: a connection is driven on the
+/// runtime that dialed it, and one dialed on the raft thread only moves while the raft loop
+/// waits, so a request from the client runtime takes a connection of its own runtime.
 pub struct PeerHttp {
     tls: Option<Arc<rustls::ClientConfig>>,
     timeout: Duration,
-    idle: Mutex<HashMap<String, Vec<SendRequest<Body>>>>,
+    idle: Mutex<Pool>,
 }
 
 /// `host:port` and whether TLS is needed, from `http://host:port` or `https://host:port`.
@@ -176,9 +181,13 @@ impl PeerHttp {
     ) -> Result<http::Response<hyper::body::Incoming>, DialError> {
         split_url(base)?;
         set_host(&mut req, base);
+        let key = (
+            tokio::runtime::Handle::try_current().ok().map(|h| h.id()),
+            base.to_string(),
+        );
         let reused = {
             let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-            let list = idle.entry(base.to_string()).or_default();
+            let list = idle.entry(key.clone()).or_default();
             list.retain(|s| !s.is_closed());
             let i = list.iter().position(|s| s.is_ready());
             i.map(|i| list.swap_remove(i))
@@ -198,7 +207,7 @@ impl PeerHttp {
             source,
         })?;
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        let list = idle.entry(base.to_string()).or_default();
+        let list = idle.entry(key).or_default();
         if list.len() < POOL {
             list.push(send);
         }

@@ -1,6 +1,8 @@
 // The peer transport: raft messages, snapshots and membership requests between the members of
 // a cluster over their peer URLs, in etcd's own protocol (rafthttp, docs/RAFTHTTP.md), so etcd
-// members and ours form one cluster. Nothing here ever blocks the raft loop.
+// members and ours form one cluster. Its tasks run on the raft thread while the raft loop waits
+// (server/raft_thread.rs): nothing here may block that thread or wait for the raft loop; file
+// I/O goes through spawn_blocking or tokio::fs.
 //
 // Outgoing messages are queued per peer (a full queue drops the message and tells raft the peer
 // is unreachable); incoming ones reach raft through `DeliverFn`.

@@ -85,12 +85,10 @@ fn run(cfg: Config) -> Result<Option<i32>, String> {
     // The peer port and the transport to the other members run on the raft thread, outside the
     // client runtime: a heartbeat or an append never waits behind client requests, and goes
     // between the socket and raft without waking another thread (server/raft_thread.rs).
-    let raft_thread = std::sync::Arc::new(
-        etcd::server::raft_thread::RaftThread::start()
-            .map_err(|e| format!("cannot start the raft thread: {e}"))?,
-    );
+    let raft_thread = etcd::server::raft_thread::RaftThread::start()
+        .map_err(|e| format!("cannot start the raft thread: {e}"))?;
     let peer = raft_thread.handle().clone();
-    let boot_thread = raft_thread.clone();
+    let boot_thread = &raft_thread;
     let r = rt.block_on(async move {
         tracing::info!(
             etcd_version = etcd::version::ETCD_VERSION,
@@ -112,7 +110,7 @@ fn run(cfg: Config) -> Result<Option<i32>, String> {
         etcd::server::heap::start();
         let client_tls = client_tls(&cfg)?;
         let peer_tls = etcd::transport::peer_tls::server_config(&cfg)?;
-        let server = match EtcdServer::start(cfg, &boot_thread).await {
+        let server = match EtcdServer::start(cfg, boot_thread).await {
             Ok(s) => s,
             Err(e @ etcd::server::bootstrap::BootError::Removed(_)) => {
                 tracing::error!("{e}");

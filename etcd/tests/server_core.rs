@@ -24,15 +24,24 @@ fn tmp() -> tempfile::TempDir {
     tempfile::tempdir().expect("temp dir")
 }
 
+/// GET `path` at `base` (`http://host:port`); the whole answer, or None if none came within
+/// `within`.
+fn http_get(base: &str, path: &str, within: Duration) -> Option<String> {
+    use std::io::{Read, Write};
+    let host = base.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(host).ok()?;
+    s.set_read_timeout(Some(within)).ok()?;
+    let req = format!("GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n");
+    s.write_all(req.as_bytes()).ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).ok()?;
+    Some(body)
+}
+
 /// A counter from a member's /metrics.
 fn metric(client_url: &str, name: &str) -> f64 {
-    use std::io::{Read, Write};
-    let host = client_url.trim_start_matches("http://");
-    let mut s = std::net::TcpStream::connect(host).expect("metrics connection");
-    let req = format!("GET /metrics HTTP/1.0\r\nHost: {host}\r\n\r\n");
-    s.write_all(req.as_bytes()).expect("metrics request");
-    let mut body = String::new();
-    s.read_to_string(&mut body).expect("metrics answer");
+    let body = http_get(client_url, "/metrics", Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("no answer on {client_url}/metrics"));
     body.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
         .and_then(|v| v.trim().parse().ok())
@@ -372,20 +381,7 @@ fn linearizable_reads_through_every_member_at_once_are_never_retried() {
     }
 }
 
-/// GET `path` on a member's peer port; the whole answer, or None if none came within `within`.
-fn peer_get(listen_peer: &str, path: &str, within: Duration) -> Option<String> {
-    use std::io::{Read, Write};
-    let host = listen_peer.trim_start_matches("http://");
-    let mut s = std::net::TcpStream::connect(host).ok()?;
-    s.set_read_timeout(Some(within)).ok()?;
-    let req = format!("GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n");
-    s.write_all(req.as_bytes()).ok()?;
-    let mut body = String::new();
-    s.read_to_string(&mut body).ok()?;
-    Some(body)
-}
-
-/// The peer port runs on the raft thread, whose loop must give it a turn on every pass: under
+/// The peer port runs on the raft thread, whose loop must give it a turn now and then: under
 /// a client load that keeps proposals queued, a member alone (nothing to send to peers) still
 /// answers its peer port, as a member being added needs.
 #[test]
@@ -404,7 +400,7 @@ fn the_peer_port_answers_while_clients_keep_a_lone_member_busy() {
     }
     let before = w.acked_count();
     for i in 0..20 {
-        let answer = peer_get(&c.nodes[0].listen_peer, "/version", Duration::from_secs(3));
+        let answer = http_get(&c.nodes[0].listen_peer, "/version", Duration::from_secs(3));
         let Some(answer) = answer else {
             panic!("request {i} to the peer port got no answer within 3 s under the load");
         };

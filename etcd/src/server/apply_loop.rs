@@ -5,7 +5,6 @@
 // a backend commit or a snapshot install runs (a stalled raft thread costs the cluster its leader).
 
 use std::sync::Arc;
-use std::sync::mpsc::Receiver;
 use std::time::Instant;
 
 use proto::raftpb::{Entry, EntryType, Message, Snapshot, SnapshotMetadata};
@@ -41,7 +40,7 @@ pub enum ApplyTask {
 
 pub struct ApplyLoop {
     pub shared: Arc<Shared>,
-    pub rx: Receiver<ApplyTask>,
+    pub rx: tokio::sync::mpsc::Receiver<ApplyTask>,
     pub raft_tx: tokio::sync::mpsc::UnboundedSender<RaftMsg>,
     pub transport: Arc<Transport>,
     pub snapshotter: Snapshotter,
@@ -53,7 +52,7 @@ pub struct ApplyLoop {
 
 impl ApplyLoop {
     pub fn run(mut self) {
-        while let Ok(task) = self.rx.recv() {
+        while let Some(task) = self.rx.blocking_recv() {
             if self.shared.failure().is_some() {
                 // A failed member applies nothing more; raft stops on its own.
                 continue;

@@ -272,7 +272,7 @@ impl EtcdServer {
         for m in &booted.members {
             transport.set_peer(m.id, m.peer_urls.clone());
         }
-        let (apply_tx, apply_rx) = std::sync::mpsc::sync_channel(apply_loop::APPLY_QUEUE);
+        let (apply_tx, apply_rx) = tokio::sync::mpsc::channel(apply_loop::APPLY_QUEUE);
         let (purge_tx, purge_rx) = std::sync::mpsc::sync_channel(1);
         let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new()

@@ -7,13 +7,14 @@
 // While it waits for work, the peer transport's tasks run on its thread (raft_thread.rs).
 
 use std::sync::Arc;
-use std::sync::mpsc::{SyncSender, TrySendError};
+use std::sync::mpsc::SyncSender;
 use std::time::{Duration, Instant};
 
 use prost::Message as _;
 use proto::raftpb::{ConfChange, ConfChangeType, Entry, EntryType, Message, MessageType, Snapshot};
 use proto::walpb;
-use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::mpsc::error::TrySendError;
+use tokio::sync::mpsc::{Sender, UnboundedReceiver};
 use tokio::sync::oneshot;
 
 use super::Shared;
@@ -81,7 +82,7 @@ pub struct RaftLoop {
     pub rt: Arc<tokio::runtime::Runtime>,
     pub transport: Arc<Transport>,
     /// Committed entries, snapshots to install and snapshot images to send, in log order.
-    pub apply_tx: SyncSender<ApplyTask>,
+    pub apply_tx: Sender<ApplyTask>,
     /// Wakes the purge thread after a snapshot (old WAL segments and .snap files may go).
     pub purge_tx: SyncSender<()>,
     /// The index of the snapshot the raft log storage starts at.
@@ -290,12 +291,7 @@ impl RaftLoop {
         // Ready changes term or vote, which must be on disk before anyone hears of them.
         let persisted = self.node.storage().hard_state();
         let now = rd.take_messages_before_persist(persisted);
-        let early = !now.is_empty();
         self.send(now)?;
-        if early {
-            // Lets the transport's tasks write them to the sockets before the fsync.
-            self.rt.block_on(tokio::task::yield_now());
-        }
         // Committed entries this member already has on disk are applied while the new ones
         // are written, as etcd applies while it saves: a client waits for its entry's commit,
         // not for the next batch's fsync. Read states need no disk either.
@@ -326,13 +322,7 @@ impl RaftLoop {
         self.node.storage_mut().append(&rd.entries);
         // A follower's messages promise what is on disk (votes, acknowledgements): sent only
         // once persisted.
-        let late = std::mem::take(&mut rd.messages);
-        let any_late = !late.is_empty();
-        self.send(late)?;
-        if any_late {
-            // Written now, not at the loop's next wait: an ack is what the leader waits for.
-            self.rt.block_on(tokio::task::yield_now());
-        }
+        self.send(std::mem::take(&mut rd.messages))?;
         self.hand_committed(std::mem::take(&mut rd.committed_entries))?;
         answer_reads(&rd.read_states, in_flight);
         self.node.advance(rd);
@@ -394,19 +384,15 @@ impl RaftLoop {
 
     /// Queues `task` for the apply thread; while its queue is full the transport's tasks keep
     /// running (link heartbeats, snapshot transfers), as they would on a thread of their own.
-    fn to_apply(&self, mut task: ApplyTask) -> Result<(), String> {
-        loop {
-            match self.apply_tx.try_send(task) {
-                Ok(()) => return Ok(()),
-                Err(TrySendError::Full(t)) => {
-                    task = t;
-                    self.rt
-                        .block_on(tokio::time::sleep(Duration::from_millis(1)));
-                }
-                Err(TrySendError::Disconnected(_)) => {
-                    return Err("the apply thread stopped".to_string());
-                }
-            }
+    fn to_apply(&self, task: ApplyTask) -> Result<(), String> {
+        let sent = match self.apply_tx.try_send(task) {
+            Err(TrySendError::Full(task)) => self.rt.block_on(self.apply_tx.send(task)).is_ok(),
+            other => other.is_ok(),
+        };
+        if sent {
+            Ok(())
+        } else {
+            Err("the apply thread stopped".to_string())
         }
     }
 
@@ -566,8 +552,10 @@ impl RaftLoop {
         }
     }
 
-    /// Hands messages to the transport; a snapshot message goes to the apply thread, which
-    /// builds the db image as of its applied index.
+    /// Hands messages to the transport and lets its tasks write them to the sockets now, not
+    /// at the loop's next wait (a leader's appends go out before its fsync; an ack is what the
+    /// leader waits for); a snapshot message goes to the apply thread, which builds the db
+    /// image as of its applied index.
     fn send(&mut self, msgs: Vec<Message>) -> Result<(), String> {
         if msgs.is_empty() {
             return Ok(());
@@ -580,7 +568,10 @@ impl RaftLoop {
                 plain.push(m);
             }
         }
-        self.transport.send(plain);
+        if !plain.is_empty() {
+            self.transport.send(plain);
+            self.rt.block_on(tokio::task::yield_now());
+        }
         Ok(())
     }
 

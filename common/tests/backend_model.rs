@@ -163,6 +163,42 @@ fn run_model(seed: u64, ops: usize, space: u64) -> usize {
                         None => assert!(tx.delete(b, &k).is_err()),
                     }
                 }
+                41..=43 => {
+                    // A sorted run, as the batching layer commits: puts, deletes of keys that
+                    // are there and of keys that are not.
+                    let mut run: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
+                    for _ in 0..1 + rng.below(if big { 600 } else { 40 }) {
+                        let existing = work.get(b).and_then(|m| {
+                            let i = rng.below(m.len().max(1) as u64) as usize;
+                            m.keys().nth(i).cloned()
+                        });
+                        let k = match existing {
+                            Some(k) if rng.below(2) == 0 => k,
+                            _ => key(&mut rng, space),
+                        };
+                        let v = (rng.below(2) == 0).then(|| value(&mut rng));
+                        run.insert(k, v);
+                    }
+                    let writes: Vec<(&[u8], Option<&[u8]>)> = run
+                        .iter()
+                        .map(|(k, v)| (k.as_slice(), v.as_deref()))
+                        .collect();
+                    match work.get_mut(b) {
+                        Some(m) => {
+                            tx.apply_sorted(b, &writes).unwrap();
+                            for (k, v) in run {
+                                match v {
+                                    Some(v) => m.insert(k, v),
+                                    None => m.remove(&k),
+                                };
+                            }
+                        }
+                        None => assert!(matches!(
+                            tx.apply_sorted(b, &writes),
+                            Err(Error::BucketNotFound(_))
+                        )),
+                    }
+                }
                 _ => {
                     let k = key(&mut rng, space);
                     let v = value(&mut rng);
@@ -272,6 +308,33 @@ fn model_random_ops_extra_seeds() {
     for seed in 100..100 + n {
         run_model(seed, 12_000, if seed % 2 == 0 { 3000 } else { 100_000 });
     }
+}
+
+/// A sorted run refuses keys out of order (a repeated key too) and changes nothing then; a
+/// delete of a missing key in a run is no change.
+#[test]
+fn a_sorted_run_refuses_keys_out_of_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path().join("db")).unwrap();
+    let mut tx = db.begin_write().unwrap();
+    tx.create_bucket(b"b").unwrap();
+    let (a, z): (&[u8], &[u8]) = (b"a", b"z");
+    assert!(matches!(
+        tx.apply_sorted(b"b", &[(z, Some(a)), (a, Some(a))]),
+        Err(Error::Unsorted(_))
+    ));
+    assert!(matches!(
+        tx.apply_sorted(b"b", &[(a, Some(a)), (a, None)]),
+        Err(Error::Unsorted(_))
+    ));
+    assert_eq!(tx.get(b"b", a).unwrap(), None);
+    tx.commit().unwrap();
+    let mut tx = db.begin_write().unwrap();
+    tx.apply_sorted(b"b", &[(a, Some(z))]).unwrap();
+    assert_eq!(tx.get(b"b", a).unwrap(), Some(z));
+    tx.apply_sorted(b"b", &[(a, None), (z, None)]).unwrap();
+    assert_eq!(tx.get(b"b", a).unwrap(), None);
+    tx.commit().unwrap();
 }
 
 /// Records every write and sync; builds the image a power cut at any moment could leave.

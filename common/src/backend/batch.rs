@@ -116,16 +116,13 @@ impl Inner {
             for name in &buf.created {
                 tx.create_bucket_if_not_exists(name)?;
             }
+            let mut writes = Vec::new();
             for (bucket, keys) in &buf.keys {
-                let seq = buf.seq.contains(bucket);
-                for (k, v) in keys {
-                    match v {
-                        Some(v) if seq => tx.put_seq(bucket, k, v)?,
-                        Some(v) => tx.put(bucket, k, v)?,
-                        None => {
-                            tx.delete(bucket, k)?;
-                        }
-                    }
+                writes.clear();
+                writes.extend(keys.iter().map(|(k, v)| (k.as_slice(), v.as_deref())));
+                tx.apply_sorted(bucket, &writes)?;
+                if buf.seq.contains(bucket) {
+                    tx.mark_sequential(bucket);
                 }
             }
             tx.commit()

@@ -42,6 +42,8 @@ pub enum Error {
     KeyTooLarge(usize),
     #[error("value of {0} bytes is too large; bbolt values must be below 2 GiB")]
     ValueTooLarge(usize),
+    #[error("writes out of order: key {0:?} does not sort after the key before it")]
+    Unsorted(String),
     #[error("the database was opened read-only; writes are refused")]
     ReadOnly,
     #[error(

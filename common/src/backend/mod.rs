@@ -29,7 +29,7 @@ pub use check::{BucketStats, Stats};
 pub use db::{DEFAULT_PAGE_SIZE, Db, IoObserver, Options};
 pub use defrag::DefragStep;
 pub use error::{Error, Result};
-pub use node::{Cursor, Entry};
+pub use node::{Cursor, Entry, KeyWrite};
 pub use tx::{Bucket, ReadTx, ReadTxn, WriteTx};
 
 /// etcd's bucket names (FORMATS.md), for callers that create an etcd-shaped db.

@@ -638,6 +638,121 @@ pub fn delete(
     Ok(())
 }
 
+/// One write of a sorted run: `Some(value)` puts, `None` deletes.
+pub type KeyWrite<'k> = (&'k [u8], Option<&'k [u8]>);
+
+/// Applies `writes` (keys strictly increasing) to the tree under `root`, visiting each node
+/// they reach once: a commit of thousands of writes (a batch of puts, a compaction's deletes)
+/// descends per node instead of per key. A delete of a missing key changes nothing: its leaf
+/// stays the committed page. `applied` gets each key put or deleted.
+pub fn apply_sorted(
+    root: &mut Child,
+    ctx: &Ctx<'_>,
+    freed: &mut Vec<(u64, u64)>,
+    writes: &[KeyWrite<'_>],
+    applied: &mut dyn FnMut(&[u8]),
+) -> Result<()> {
+    apply_run(root, ctx, freed, writes, applied, 0)
+}
+
+fn apply_run(
+    c: &mut Child,
+    ctx: &Ctx<'_>,
+    freed: &mut Vec<(u64, u64)>,
+    writes: &[KeyWrite<'_>],
+    applied: &mut dyn FnMut(&[u8]),
+    depth: usize,
+) -> Result<()> {
+    if depth >= MAX_DEPTH {
+        return Err(corrupt(0, format!("tree deeper than {MAX_DEPTH} levels")));
+    }
+    let present;
+    let mut writes = writes;
+    if let Child::Page(pgid) = *c {
+        // Only deletes for a committed leaf: copy it only if one of them is there.
+        let v = ctx.view(ChildRef::Page(pgid))?;
+        if v.is_leaf() && writes.iter().all(|w| w.1.is_none()) {
+            let mut found = Vec::new();
+            for w in writes {
+                let i = v.lower_bound(w.0)?;
+                if i < v.len() && v.leaf(i)?.1 == w.0 {
+                    found.push(*w);
+                }
+            }
+            if found.is_empty() {
+                return Ok(());
+            }
+            present = found;
+            writes = &present;
+        }
+    }
+    match materialize(c, ctx, freed)? {
+        Node::Leaf(v) => merge_leaf(v, writes, applied),
+        Node::Branch(v) => {
+            if v.is_empty() {
+                return Err(corrupt(0, "empty in-memory branch"));
+            }
+            // Child i takes the keys below child i+1's first key (the first child also those
+            // below its own, as a descent does).
+            let mut rest = writes;
+            for i in 0..v.len() {
+                if rest.is_empty() {
+                    break;
+                }
+                let n = match v.get(i + 1) {
+                    Some(next) => rest.partition_point(|w| key_cmp(w.0, &next.key).is_lt()),
+                    None => rest.len(),
+                };
+                let (run, after) = rest.split_at(n);
+                if !run.is_empty() {
+                    apply_run(&mut v[i].child, ctx, freed, run, applied, depth + 1)?;
+                }
+                rest = after;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Merges sorted writes into one leaf's entries in a single pass.
+fn merge_leaf(
+    v: &mut Vec<LeafEntry>,
+    writes: &[KeyWrite<'_>],
+    applied: &mut dyn FnMut(&[u8]),
+) -> Result<()> {
+    let puts = writes.iter().filter(|w| w.1.is_some()).count();
+    let mut old = std::mem::take(v).into_iter().peekable();
+    let mut out = Vec::with_capacity(old.len() + puts);
+    let mut res = Ok(());
+    for &(key, value) in writes {
+        while let Some(e) = old.next_if(|e| key_cmp(e.key(), key).is_lt()) {
+            out.push(e);
+        }
+        let same = old.next_if(|e| e.key() == key);
+        if let Some(e) = same {
+            if is_bucket(e.flags) {
+                // The writes before this one stay applied, as with one put or delete at a time.
+                out.push(e);
+                res = Err(Error::IncompatibleValue(show(key)));
+                break;
+            }
+            if let Some(value) = value {
+                let mut e = e;
+                e.flags = 0;
+                e.set_value(value);
+                out.push(e);
+            }
+            applied(key);
+        } else if let Some(value) = value {
+            out.push(LeafEntry::new(0, key, value));
+            applied(key);
+        }
+    }
+    out.extend(old);
+    *v = out;
+    res
+}
+
 /// Frees every page of a committed subtree (a deleted bucket), reading through `ctx`.
 pub fn free_tree(
     c: &Child,

@@ -431,9 +431,7 @@ impl<'a> WriteTx<'a> {
     /// append-only bucket stays dense.
     pub fn put_seq(&mut self, bucket: &[u8], key: &[u8], value: &[u8]) -> Result<()> {
         self.put(bucket, key, value)?;
-        if let Some(b) = self.buckets.get_mut(bucket) {
-            b.fill = Some(SEQ_FILL);
-        }
+        self.mark_sequential(bucket);
         Ok(())
     }
 
@@ -454,6 +452,49 @@ impl<'a> WriteTx<'a> {
         match self.buckets.get_mut(bucket).and_then(|b| b.root.as_mut()) {
             Some(root) => node::delete(root, &ctx, &mut self.freed, key, 0).map(|()| true),
             None => Err(Error::BucketNotFound(show(bucket))),
+        }
+    }
+
+    /// Puts and deletes in one bucket, keys strictly increasing (a sorted map's order): each
+    /// node they reach is visited once, where `put` and `delete` descend from the root for
+    /// every key. Deleting a missing key is no change, as with `delete`.
+    pub fn apply_sorted(&mut self, bucket: &[u8], writes: &[node::KeyWrite<'_>]) -> Result<()> {
+        if writes.is_empty() {
+            return Ok(());
+        }
+        for (i, &(key, value)) in writes.iter().enumerate() {
+            check_key(key)?;
+            if let Some(v) = value
+                && v.len() > MAX_VALUE_SIZE
+            {
+                return Err(Error::ValueTooLarge(v.len()));
+            }
+            if i > 0 && writes[i - 1].0 >= key {
+                return Err(Error::Unsorted(show(key)));
+            }
+        }
+        self.bucket_mut(bucket)?;
+        let ctx = Ctx {
+            map: &self.map[..],
+            page_size: self.meta.page_size as usize,
+            hwm: self.meta.pgid,
+        };
+        let Some(root) = self.buckets.get_mut(bucket).and_then(|b| b.root.as_mut()) else {
+            return Err(Error::BucketNotFound(show(bucket)));
+        };
+        let mut dirty = self.writer.dirty.as_mut();
+        node::apply_sorted(root, &ctx, &mut self.freed, writes, &mut |key| {
+            if let Some(d) = dirty.as_mut() {
+                d.key(bucket, key);
+            }
+        })
+    }
+
+    /// Marks `bucket` as written in key order (etcd's revisions): its pages are split full
+    /// (`SEQ_FILL`) at commit instead of half.
+    pub fn mark_sequential(&mut self, bucket: &[u8]) {
+        if let Some(b) = self.buckets.get_mut(bucket) {
+            b.fill = Some(SEQ_FILL);
         }
     }
 

@@ -132,3 +132,46 @@ fn range_keys_are_the_keys_of_range() {
         500 - 72 + 7 + 46
     );
 }
+
+/// A group's sorted deletes (a compaction's batch) hide the keys at once, alone in the group
+/// or beside other writes to the bucket, and a commit removes them from the file.
+#[test]
+fn sorted_deletes_in_a_group_are_seen_and_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path().join("db")).unwrap();
+    let batch = Batch::new(db, BatchConfig::default());
+    let key = |i: u32| format!("k{i:05}").into_bytes();
+    let mut g = batch.begin();
+    g.create_bucket(b"b");
+    for i in 0..3000 {
+        g.put(b"b", &key(i), b"v");
+    }
+    g.finish().unwrap();
+    batch.force_commit().unwrap();
+    // Alone in its group: the bulk path.
+    let mut g = batch.begin();
+    g.delete_sorted(b"b", (0..1000).map(key).collect());
+    assert_eq!(g.get(b"b", &key(999)).unwrap(), None);
+    g.finish().unwrap();
+    // Beside a put to the same bucket in the group.
+    let mut g = batch.begin();
+    g.put(b"b", &key(5000), b"w");
+    g.delete_sorted(b"b", (1000..2000).step_by(2).map(key).collect());
+    g.finish().unwrap();
+    let seen = |b: &Batch| {
+        b.range(b"b", b"k", Some(b"l"), 0)
+            .unwrap()
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect::<Vec<_>>()
+    };
+    let mut want: Vec<Vec<u8>> = (1001..2000).step_by(2).map(key).collect();
+    want.extend((2000..3000).map(key));
+    want.push(key(5000));
+    assert_eq!(seen(&batch), want);
+    batch.force_commit().unwrap();
+    assert_eq!(seen(&batch), want);
+    let tx = batch.db().begin_read();
+    assert_eq!(tx.get(b"b", &key(0)).unwrap(), None);
+    assert_eq!(tx.get(b"b", &key(1001)).unwrap(), Some(&b"v"[..]));
+}

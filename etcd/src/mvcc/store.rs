@@ -730,32 +730,32 @@ impl KvStore {
                 // A batch deletes up to `limit` revisions (etcd's flag: "maximum revisions
                 // deleted in each compaction batch"); the revisions kept are read past
                 // without counting, so a history of mostly live keys is not paced per key.
-                let mut g = self.backend.begin();
-                let mut deleted = 0;
+                let mut doomed: Vec<Vec<u8>> = Vec::with_capacity(limit);
                 let mut more = true;
                 'scan: while more {
                     let chunk = self.backend.range_keys(buckets::KEY, &start, &end, limit)?;
                     more = chunk.len() == limit;
                     scanned += chunk.len();
-                    for k in &chunk {
-                        if deleted == limit {
-                            // This one starts the next batch.
-                            start = k.clone();
-                            more = true;
-                            break 'scan;
-                        }
-                        if let Some(r) = Revision::from_bytes(k)
-                            && (!keep.contains(&r) || is_tombstone(k))
-                        {
-                            g.delete(buckets::KEY, k);
-                            deleted += 1;
-                        }
-                    }
                     if let Some(last) = chunk.last() {
                         start = last.clone();
                         start.push(0);
                     }
+                    for k in chunk {
+                        if doomed.len() == limit {
+                            // This one starts the next batch.
+                            start = k;
+                            more = true;
+                            break 'scan;
+                        }
+                        if let Some(r) = Revision::from_bytes(&k)
+                            && (!keep.contains(&r) || is_tombstone(&k))
+                        {
+                            doomed.push(k);
+                        }
+                    }
                 }
+                let mut g = self.backend.begin();
+                g.delete_sorted(buckets::KEY, doomed);
                 g.finish()?;
                 if scanned >= RELEASE_EVERY_SCANNED {
                     scanned = 0;

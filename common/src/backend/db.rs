@@ -716,7 +716,8 @@ pub(crate) fn commit(mut tx: WriteTx<'_>) -> Result<()> {
             spill.freelist.free_run(txid, id, n);
         }
         let fl_id = if opts.persist_freelist {
-            let n = spill.freelist.all_ids().len();
+            // Free plus pending: what all_ids below lists.
+            let n = spill.freelist.len();
             let npages = freelist::page_bytes_for(n).div_ceil(ps) as u64;
             let id = spill.alloc(npages);
             let ids = spill.freelist.all_ids();

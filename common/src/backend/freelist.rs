@@ -83,11 +83,19 @@ impl Freelist {
 
     /// Every id a freshly opened db may reuse: free plus pending (no reader survives a reopen).
     pub fn all_ids(&self) -> Vec<u64> {
-        let mut v: Vec<u64> = self.free.iter().copied().collect();
-        for ids in self.pending.values() {
-            v.extend_from_slice(ids);
+        // The free set is already in order (and after a compaction holds thousands of pages);
+        // only the few pending runs need sorting before the two are merged.
+        let mut pending: Vec<u64> = self.pending.values().flatten().copied().collect();
+        pending.sort_unstable();
+        let mut v = Vec::with_capacity(self.free.len() + pending.len());
+        let mut pending = pending.into_iter().peekable();
+        for &id in &self.free {
+            while let Some(p) = pending.next_if(|&p| p < id) {
+                v.push(p);
+            }
+            v.push(id);
         }
-        v.sort_unstable();
+        v.extend(pending);
         v
     }
 }
@@ -181,6 +189,16 @@ mod tests {
         // The failed commit took 3..5 from the freelist and 10..12 from the high-water mark 10.
         f.rollback(7, &[(3, 2), (10, 2)], 10);
         assert_eq!(f.all_ids(), vec![3, 4]);
+    }
+
+    #[test]
+    fn all_ids_lists_free_and_pending_pages_in_order() {
+        let mut f = Freelist::from_ids([2, 5, 9]);
+        f.free_run(3, 6, 2);
+        f.free_run(4, 3, 1);
+        f.free_run(5, 12, 1);
+        assert_eq!(f.all_ids(), vec![2, 3, 5, 6, 7, 9, 12]);
+        assert_eq!(f.len(), 7);
     }
 
     #[test]

@@ -47,13 +47,17 @@
 //          the end of the physical compaction of R (the second one adds one revision and walks
 //          past the 1000 live keys). Write p99: the puts sent in the window without compaction
 //          vs those sent between the first Compact and the return of the second. The raft term
-//          before and after tells whether a leader election happened meanwhile.
+//          before and after tells whether a leader election happened meanwhile. Then the same
+//          puts again (untimed) and, with no load, one Compact(physical=true) of everything
+//          since: its CPU per compacted revision ("compaction alone").
 //
 // Server CPU per op: utime+stime of the server process(es) from /proc/<pid>/stat (summed over
 // the members of a cluster), read before and after each workload, divided by its operations
 // (puts, ranges, txns; for watch, events delivered; for compact, the CPU used while it ran
 // beyond what the puts sent meanwhile cost at the load's CPU per put before it, per compacted
-// revision). The load generator runs on the same machine and shares the cores of the servers.
+// revision; "compaction alone" is a second history of as many revisions compacted with no load,
+// its CPU per compacted revision). The load generator runs on the same machine and shares the
+// cores of the servers.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -1298,8 +1302,8 @@ async fn compaction(t: &Target, cfg: &Config) -> Measured {
         m.error(1, Some(format!("compact of the earlier history: {e}")));
     }
     let history = |i| format!("cmp/{:03}", i % 1000);
-    let fill = fill(&pool, CLIENTS, cfg.compact_revs, history, None).await;
-    m.absorb(&fill);
+    let filled = fill(&pool, CLIENTS, cfg.compact_revs, history, None).await;
+    m.absorb(&filled);
     let (end, term0) = match pool.header().await {
         Ok(h) => h,
         Err(e) => {
@@ -1373,5 +1377,27 @@ async fn compaction(t: &Target, cfg: &Config) -> Measured {
     let extra = (cpu - per_put * nd as f64).max(0.0);
     let per_rev = cpu_us_per_op(extra, revs.max(0) as u64);
     m.cpu("compaction, extra per compacted revision", per_rev);
+    // The same again without the put load, so the compaction's own CPU stands alone: beside
+    // 64 writers, their CPU in the window moves more than a 100k-revision compaction costs.
+    let refill = fill(&pool, CLIENTS, cfg.compact_revs, history, None).await;
+    m.absorb(&refill);
+    let end2 = match pool.header().await {
+        Ok((rev, _)) => rev,
+        Err(e) => {
+            m.error(1, Some(e));
+            return m;
+        }
+    };
+    // The fill's last batch commits and applies settle first.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let cpu0 = t.cpu_secs();
+    if let Err(e) = pool.compact(end2, true).await {
+        m.error(1, Some(format!("compact without load: {e}")));
+    }
+    let alone = t.cpu_secs() - cpu0;
+    m.cpu(
+        "compaction alone (no load), per compacted revision",
+        cpu_us_per_op(alone, (end2 - end - 1).max(0) as u64),
+    );
     m
 }

@@ -8,7 +8,6 @@
 // The compaction worker (compaction.rs) takes `compaction_batch`, then a backend write group,
 // or `state` alone for a chunk of the index.
 
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
@@ -699,7 +698,7 @@ impl KvStore {
     pub(super) fn run_compaction(&self, rev: i64) -> Result<bool> {
         let generation = self.generation.load(Ordering::SeqCst);
         let current = || self.generation.load(Ordering::SeqCst) == generation;
-        let mut keep: HashSet<Revision> = HashSet::new();
+        let mut keep: Vec<Revision> = Vec::new();
         let mut after: Option<Vec<u8>> = None;
         loop {
             let (kept, next) = {
@@ -717,6 +716,10 @@ impl KvStore {
             }
             std::thread::yield_now();
         }
+        // The scan below goes up the revisions in order: the kept ones, sorted, are passed
+        // by a cursor instead of looked up per revision.
+        keep.sort_unstable();
+        let mut kept = 0;
         let end = Revision::new(rev + 1, 0).to_bytes();
         let mut start = Revision::new(0, 0).to_bytes().to_vec();
         let limit = self.compaction.batch_limit;
@@ -747,9 +750,13 @@ impl KvStore {
                             more = true;
                             break 'scan;
                         }
-                        if let Some(r) = Revision::from_bytes(&k)
-                            && (!keep.contains(&r) || is_tombstone(&k))
-                        {
+                        let Some(r) = Revision::from_bytes(&k) else {
+                            continue;
+                        };
+                        while keep.get(kept).is_some_and(|&x| x < r) {
+                            kept += 1;
+                        }
+                        if keep.get(kept) != Some(&r) || is_tombstone(&k) {
                             doomed.push(k);
                         }
                     }

@@ -16,7 +16,7 @@ use super::freelist::{self, Freelist};
 use super::meta::{Meta, PGID_NO_FREELIST};
 use super::node::{self, Child, Ctx, Node, Spill};
 use super::page::{BUCKET_LEAF_FLAG, MAX_DEPTH, NodePage, page_bytes, u64_at, write_leaf};
-use super::tx::{ReadTx, WBucket, WriteTx};
+use super::tx::{ReadTx, WBucket, WriteTx, tree_ctx};
 
 pub const DEFAULT_PAGE_SIZE: u32 = 4096;
 
@@ -355,11 +355,7 @@ impl Db {
         let meta = read_meta(&file, &path, len)?;
         let reserve = if opts.read_only { 0 } else { map_reserve(len) };
         let map = map_file(&file, &path, reserve)?;
-        let ctx = Ctx {
-            map: &map[..],
-            page_size: meta.page_size as usize,
-            hwm: meta.pgid,
-        };
+        let ctx = tree_ctx(&map, &meta);
         let mut forget_freelist = false;
         let freelist = if opts.read_only {
             Freelist::default()
@@ -644,11 +640,7 @@ pub(crate) fn commit(mut tx: WriteTx<'_>) -> Result<()> {
     let ps = tx.meta.page_size as usize;
     let txid = tx.meta.txid + 1;
     let map = tx.map.clone();
-    let ctx = Ctx {
-        map: &map[..],
-        page_size: ps,
-        hwm: tx.meta.pgid,
-    };
+    let ctx = tree_ctx(&map, &tx.meta);
     let buckets = std::mem::take(&mut tx.buckets);
     let mut freed = std::mem::take(&mut tx.freed);
     let fill = tx.fill;

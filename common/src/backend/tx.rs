@@ -15,6 +15,16 @@ pub type Visit<'f> = dyn FnMut(&[u8], &[u8]) -> Result<()> + 'f;
 
 use super::page::{BUCKET_LEAF_FLAG, MAX_KEY_SIZE, MAX_VALUE_SIZE, NodePage, u64_at};
 
+/// Where a transaction's pages are read from: its map of the file, up to its meta's
+/// high-water mark. A free function, so a writer can hold it while it changes its buckets.
+pub(crate) fn tree_ctx<'m>(map: &'m Mmap, meta: &Meta) -> Ctx<'m> {
+    Ctx {
+        map: &map[..],
+        page_size: meta.page_size as usize,
+        hwm: meta.pgid,
+    }
+}
+
 /// Read access shared by [`ReadTx`] and [`WriteTx`]. Values borrow the transaction.
 pub trait ReadTxn {
     #[doc(hidden)]
@@ -206,11 +216,7 @@ impl Drop for ReadTx {
 
 impl ReadTxn for ReadTx {
     fn ctx(&self) -> Ctx<'_> {
-        Ctx {
-            map: &self.map[..],
-            page_size: self.meta.page_size as usize,
-            hwm: self.meta.pgid,
-        }
+        tree_ctx(&self.map, &self.meta)
     }
     fn bucket_root(&self, name: &[u8]) -> Result<Option<ChildRef<'_>>> {
         committed_bucket(self.ctx(), self.meta.root, name)
@@ -250,11 +256,7 @@ pub struct WriteTx<'a> {
 
 impl ReadTxn for WriteTx<'_> {
     fn ctx(&self) -> Ctx<'_> {
-        Ctx {
-            map: &self.map[..],
-            page_size: self.meta.page_size as usize,
-            hwm: self.meta.pgid,
-        }
+        tree_ctx(&self.map, &self.meta)
     }
     fn bucket_root(&self, name: &[u8]) -> Result<Option<ChildRef<'_>>> {
         match self.buckets.get(name) {
@@ -302,11 +304,7 @@ impl<'a> WriteTx<'a> {
     /// Loads a bucket into the changed set (once per txn) and returns its tree.
     fn bucket_mut(&mut self, name: &[u8]) -> Result<&mut WBucket> {
         if !self.buckets.contains_key(name) {
-            let ctx = Ctx {
-                map: &self.map[..],
-                page_size: self.meta.page_size as usize,
-                hwm: self.meta.pgid,
-            };
+            let ctx = tree_ctx(&self.map, &self.meta);
             let (root, seq) = match committed_bucket(ctx, self.meta.root, name)? {
                 None => return Err(Error::BucketNotFound(show(name))),
                 Some(ChildRef::Page(p)) => (Child::Page(p), bucket_seq(ctx, self.meta.root, name)?),
@@ -393,11 +391,7 @@ impl<'a> WriteTx<'a> {
         if let Some(d) = self.writer.dirty.as_mut() {
             d.whole(name);
         }
-        let ctx = Ctx {
-            map: &self.map[..],
-            page_size: self.meta.page_size as usize,
-            hwm: self.meta.pgid,
-        };
+        let ctx = tree_ctx(&self.map, &self.meta);
         if let Some(b) = self.buckets.get_mut(name)
             && let Some(root) = b.root.take()
         {
@@ -415,11 +409,7 @@ impl<'a> WriteTx<'a> {
         if let Some(d) = self.writer.dirty.as_mut() {
             d.key(bucket, key);
         }
-        let ctx = Ctx {
-            map: &self.map[..],
-            page_size: self.meta.page_size as usize,
-            hwm: self.meta.pgid,
-        };
+        let ctx = tree_ctx(&self.map, &self.meta);
         match self.buckets.get_mut(bucket).and_then(|b| b.root.as_mut()) {
             Some(root) => node::put(root, &ctx, &mut self.freed, key, value, 0),
             None => Err(Error::BucketNotFound(show(bucket))),
@@ -444,11 +434,7 @@ impl<'a> WriteTx<'a> {
         if let Some(d) = self.writer.dirty.as_mut() {
             d.key(bucket, key);
         }
-        let ctx = Ctx {
-            map: &self.map[..],
-            page_size: self.meta.page_size as usize,
-            hwm: self.meta.pgid,
-        };
+        let ctx = tree_ctx(&self.map, &self.meta);
         match self.buckets.get_mut(bucket).and_then(|b| b.root.as_mut()) {
             Some(root) => node::delete(root, &ctx, &mut self.freed, key, 0).map(|()| true),
             None => Err(Error::BucketNotFound(show(bucket))),
@@ -474,11 +460,7 @@ impl<'a> WriteTx<'a> {
             }
         }
         self.bucket_mut(bucket)?;
-        let ctx = Ctx {
-            map: &self.map[..],
-            page_size: self.meta.page_size as usize,
-            hwm: self.meta.pgid,
-        };
+        let ctx = tree_ctx(&self.map, &self.meta);
         let Some(root) = self.buckets.get_mut(bucket).and_then(|b| b.root.as_mut()) else {
             return Err(Error::BucketNotFound(show(bucket)));
         };

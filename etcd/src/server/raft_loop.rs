@@ -110,9 +110,9 @@ impl RaftLoop {
             let rx = &mut self.rx;
             // With work already queued block_on returns at once without running the
             // transport's tasks: under a steady client load they still get their turn.
-            let turn = last_turn.elapsed() >= TRANSPORT_TURN;
+            let turn = now.duration_since(last_turn) >= TRANSPORT_TURN;
             if turn {
-                last_turn = Instant::now();
+                last_turn = now;
             }
             match self.rt.block_on(async {
                 if turn {

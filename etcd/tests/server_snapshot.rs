@@ -165,7 +165,19 @@ fn maintenance_snapshot_streams_without_holding_the_db_in_memory() {
             .unwrap();
         }
         // The last writes' backend commit still allocates after their answers: measure from
-        // a settled heap.
+        // a settled heap, after the writes are in the file. On a busy machine the periodic
+        // commit can start later than the heap looks settled; the snapshot's own commit then
+        // built those pages while it was measured (48 MiB once in CI).
+        let db_file = dir.join("member/snap/db");
+        let committed_by = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while std::fs::metadata(&db_file).map_or(0, |m| m.len()) < 90 << 20 {
+            assert!(
+                std::time::Instant::now() < committed_by,
+                "the writes were not committed to {} within 60 s",
+                db_file.display()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
         let mut base = anon_rss(pid);
         for _ in 0..40 {
             tokio::time::sleep(std::time::Duration::from_millis(250)).await;

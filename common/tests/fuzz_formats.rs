@@ -1123,6 +1123,32 @@ fn deleting_a_bucket_whose_tree_is_a_dag_is_an_error() {
     });
 }
 
+/// Bug: writes under two branch elements that share a child (a DAG) copied that child once per
+/// path and freed its page twice at commit, so the freelist would hand it out twice (one
+/// page, two owners). Now the commit refuses it as a corrupt page; nothing is written.
+#[test]
+fn writes_through_a_dag_fail_the_commit_instead_of_freeing_a_page_twice() {
+    let bytes = dag_db(1, &[(0, b"k1", b"v1")], true);
+    let input = bytes.len();
+    guarded("dag-put", input, move || {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("db");
+        fs::write(&path, &bytes).unwrap();
+        let db = Db::open(&path).unwrap();
+        let mut tx = db.begin_write().unwrap();
+        tx.put(b"b", b"k\x05", b"x").unwrap();
+        tx.put(b"b", b"k\x10", b"y").unwrap();
+        let e = tx.commit().unwrap_err().to_string();
+        assert!(e.contains("twice"), "{e}");
+        drop(db);
+        assert_eq!(
+            fs::read(&path).unwrap(),
+            bytes,
+            "the failed commit wrote nothing"
+        );
+    });
+}
+
 /// Bug: check() reset its depth at each nested bucket, so a chain of buckets each holding the
 /// next (one page each) recursed once per page: a stack overflow (an abort) for a file of a
 /// few thousand pages. Now nesting counts toward the depth limit.

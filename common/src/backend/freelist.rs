@@ -31,6 +31,28 @@ impl Freelist {
         self.pending.entry(txid).or_default().extend(id..id + n);
     }
 
+    /// Refuses a commit's frees that name a page twice, or a page already free: only a tree
+    /// that reaches one page by two paths (a corrupt file) frees so, and recording it would
+    /// hand the page out twice.
+    pub fn check_frees(&self, runs: &[(u64, u64)]) -> Result<()> {
+        let mut sorted = runs.to_vec();
+        sorted.sort_unstable();
+        let mut end = 0;
+        for &(id, n) in &sorted {
+            if id < end {
+                return Err(corrupt(
+                    id,
+                    "page is reached twice in the tree: freed twice",
+                ));
+            }
+            if let Some(&free) = self.free.range(id..id + n).next() {
+                return Err(corrupt(free, "page is reached from the tree but is free"));
+            }
+            end = id + n;
+        }
+        Ok(())
+    }
+
     /// Makes free the pages freed by commits no open reader can see any more: a reader of
     /// version R may reach pages freed by commit T only when R < T.
     pub fn release_up_to(&mut self, min_reader_txid: u64) {
@@ -189,6 +211,15 @@ mod tests {
         // The failed commit took 3..5 from the freelist and 10..12 from the high-water mark 10.
         f.rollback(7, &[(3, 2), (10, 2)], 10);
         assert_eq!(f.all_ids(), vec![3, 4]);
+    }
+
+    #[test]
+    fn frees_naming_a_page_twice_or_a_free_page_are_refused() {
+        let f = Freelist::from_ids([20, 21]);
+        assert!(f.check_frees(&[(5, 2), (7, 1), (3, 1)]).is_ok());
+        assert!(f.check_frees(&[(5, 2), (6, 1)]).is_err());
+        assert!(f.check_frees(&[(9, 1), (9, 1)]).is_err());
+        assert!(f.check_frees(&[(18, 3)]).is_err());
     }
 
     #[test]

@@ -1038,13 +1038,36 @@ fn dag_db(levels: u64, leaf: &[(u32, &[u8], &[u8])], freelist: bool) -> Vec<u8> 
 
 /// Opens `bytes` read-only and runs `f` on it under the watchdog.
 fn on_crafted_db(what: &str, bytes: Vec<u8>, f: impl FnOnce(&Db) + Send + 'static) {
+    with_crafted_db(what, bytes, false, move |db, _| f(db));
+}
+
+/// Opens `bytes` writable and runs `f` on it (and the file's path) under the watchdog. The
+/// crafted file must persist its freelist: a writable open without one walks the trees.
+fn on_writable_crafted_db(
+    what: &str,
+    bytes: Vec<u8>,
+    f: impl FnOnce(&Db, &std::path::Path) + Send + 'static,
+) {
+    with_crafted_db(what, bytes, true, f);
+}
+
+fn with_crafted_db(
+    what: &str,
+    bytes: Vec<u8>,
+    writable: bool,
+    f: impl FnOnce(&Db, &std::path::Path) + Send + 'static,
+) {
     let input = bytes.len();
     guarded(what, input, move || {
         let tmp = tempfile::tempdir().expect("tempdir");
         let path = tmp.path().join("db");
         fs::write(&path, &bytes).expect("write db");
-        let db = Db::open_read_only(&path).expect("open the crafted db");
-        f(&db);
+        let db = if writable {
+            Db::open(&path)
+        } else {
+            Db::open_read_only(&path)
+        };
+        f(&db.expect("open the crafted db"), &path);
     });
 }
 
@@ -1111,12 +1134,7 @@ fn dag_over_an_empty_leaf_is_an_error_not_a_hang() {
 fn deleting_a_bucket_whose_tree_is_a_dag_is_an_error() {
     // A persisted freelist: the writable open does not walk the trees (which would refuse it).
     let bytes = dag_db(3, &[(0, b"k1", b"v1")], true);
-    let input = bytes.len();
-    guarded("dag-delete", input, move || {
-        let tmp = tempfile::tempdir().unwrap();
-        let path = tmp.path().join("db");
-        fs::write(&path, &bytes).unwrap();
-        let db = Db::open(&path).unwrap();
+    on_writable_crafted_db("dag-delete", bytes, |db, _| {
         let mut tx = db.begin_write().unwrap();
         let e = tx.delete_bucket(b"b").unwrap_err().to_string();
         assert!(e.contains("reached twice"), "{e}");
@@ -1129,23 +1147,15 @@ fn deleting_a_bucket_whose_tree_is_a_dag_is_an_error() {
 #[test]
 fn writes_through_a_dag_fail_the_commit_instead_of_freeing_a_page_twice() {
     let bytes = dag_db(1, &[(0, b"k1", b"v1")], true);
-    let input = bytes.len();
-    guarded("dag-put", input, move || {
-        let tmp = tempfile::tempdir().unwrap();
-        let path = tmp.path().join("db");
-        fs::write(&path, &bytes).unwrap();
-        let db = Db::open(&path).unwrap();
+    let before = bytes.clone();
+    on_writable_crafted_db("dag-put", bytes, move |db, path| {
         let mut tx = db.begin_write().unwrap();
         tx.put(b"b", b"k\x05", b"x").unwrap();
         tx.put(b"b", b"k\x10", b"y").unwrap();
         let e = tx.commit().unwrap_err().to_string();
         assert!(e.contains("twice"), "{e}");
-        drop(db);
-        assert_eq!(
-            fs::read(&path).unwrap(),
-            bytes,
-            "the failed commit wrote nothing"
-        );
+        let after = fs::read(path).unwrap();
+        assert!(after == before, "the failed commit wrote into the file");
     });
 }
 

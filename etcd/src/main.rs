@@ -133,22 +133,9 @@ fn run(cfg: Config) -> Result<Option<i32>, String> {
                 }
             }));
         }
-        let ready = tokio::select! {
-            r = server.wait_ready() => r,
-            f = server.wait_failed() => {
-                stop_member(&server).await;
-                return removed_or_failed(f);
-            }
-        };
-        if let Err(e) = ready {
-            // wait_ready gives up when the member fails (a removal among them): both branches
-            // are then ready, and whichever select! polled first must end the member the same
-            // way (CI once saw a removed member exit 1 through this branch).
-            if let Some(f) = server.failure() {
-                stop_member(&server).await;
-                return removed_or_failed(f);
-            }
-            return Err(format!("the member did not become ready: {e}"));
+        if let Err(f) = server.wait_ready().await {
+            stop_member(&server).await;
+            return removed_or_failed(f);
         }
         // The index rebuild and the WAL replay freed what they decoded: give it back now.
         etcd::server::heap::trim();

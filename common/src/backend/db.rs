@@ -704,7 +704,7 @@ pub(crate) fn commit(mut tx: WriteTx<'_>) -> Result<()> {
             let bytes = page_bytes(ctx.map, ps, tx.meta.pgid, tx.meta.freelist)?;
             freed.push((tx.meta.freelist, (bytes.len() / ps) as u64));
         }
-        spill.freelist.check_frees(&freed)?;
+        spill.freelist.check_frees(&mut freed)?;
         for &(id, n) in &freed {
             spill.freelist.free_run(txid, id, n);
         }

@@ -874,18 +874,26 @@ impl EtcdServer {
         }
     }
 
-    /// Waits until a leader is known and everything committed at start is applied.
-    pub async fn wait_ready(&self) -> Result<(), Error> {
+    /// Waits until a leader is known and everything committed at start is applied, or ends
+    /// with the member's failure (a removal among them) when it fails first: the failure, not
+    /// a stand-in error, is how a member that never became ready ends.
+    pub async fn wait_ready(&self) -> Result<(), String> {
+        tokio::select! {
+            // A failure wins when both are ready in one poll.
+            biased;
+            f = self.wait_failed() => Err(f),
+            () = self.first_read() => Ok(()),
+        }
+    }
+
+    /// Tries a linearizable read until one is served.
+    async fn first_read(&self) {
         // A member of a cluster waits for its peers as long as it takes, as etcd's does.
         let mut next_log = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
         loop {
-            if let Some(f) = self.failure() {
-                tracing::error!(error = %f, "server failed while starting");
-                return Err(error::STOPPED);
-            }
             if self.leader() != 0 {
                 match self.linearizable_read().await {
-                    Ok(()) => return Ok(()),
+                    Ok(()) => return,
                     Err(e) => tracing::debug!(error = %e, "first read not served yet"),
                 }
             } else {

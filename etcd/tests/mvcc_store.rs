@@ -239,6 +239,55 @@ fn a_prev_kv_watcher_is_never_handed_an_event_without_it() {
     assert_eq!(taken.unsynced, vec![(7, rev)]);
 }
 
+/// The writes of one apply batch wake the dispatcher once, when the batch lets go of the
+/// wake (not once per write): nothing is handed out while it holds it, and every revision of
+/// the batch is handed out, in order, once it lets go.
+#[test]
+fn a_batch_holding_the_dispatchers_wake_gets_all_its_revisions_handed_out_after_it() {
+    use etcd::mvcc::watch_hub::WatchSpec;
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir.path().join("db"));
+    let hub = s.watch_hub().clone();
+    let stream = hub.open_stream(std::task::Waker::noop().clone());
+    let spec = WatchSpec {
+        key: b"k".to_vec(),
+        range_end: Vec::new(),
+        no_put: false,
+        no_delete: false,
+        prev_kv: false,
+    };
+    let from = hub.watch_from_now(&s, &stream, 1, spec);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !hub.dispatcher_asleep() {
+        assert!(Instant::now() < deadline, "the dispatcher never waited");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let held = hub.hold_wakes();
+    for i in 0..3u64 {
+        let mut w = s.write();
+        w.put(b"k", format!("v{i}").as_bytes(), 0).unwrap();
+        w.end(i + 1, 1).unwrap();
+    }
+    // Asleep when the hold began, the dispatcher is not woken by the batch's writes.
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(hub.dispatcher_asleep());
+    let taken = hub.take(&stream);
+    assert!(
+        taken.deliveries.is_empty(),
+        "revisions handed out while the batch held the wake"
+    );
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut revs = Vec::new();
+    while revs.len() < 3 {
+        assert!(Instant::now() < deadline, "handed out only {revs:?}");
+        revs.extend(hub.take(&stream).deliveries.iter().map(|d| d.rev));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(revs, vec![from, from + 1, from + 2]);
+}
+
 /// Reads the db file of a real etcd 3.4 and sees exactly what its etcdctl sees.
 #[test]
 fn reads_a_real_etcd_db_like_etcd() {

@@ -210,6 +210,46 @@ impl Hub {
     }
 }
 
+/// What the store last published, as the dispatcher waits on it.
+#[derive(Default)]
+struct Published {
+    rev: i64,
+    stop: bool,
+    /// The dispatcher waits on the condvar: only then is a wake worth a futex call (an
+    /// unneeded notify still costs one).
+    sleeping: bool,
+    /// Write batches holding back the dispatcher's wake (`WatchHub::hold_wakes`).
+    held: usize,
+    /// A revision for the dispatcher was published while its wake was held back.
+    unwoken: bool,
+}
+
+impl Published {
+    /// Wakes the dispatcher for a revision to hand out, unless a batch holds the wake back.
+    fn wake_dispatcher(&mut self, wake: &Condvar) {
+        if self.held > 0 {
+            self.unwoken = true;
+        } else if self.sleeping {
+            // Marked awake here so that later writes before it runs wake it no more.
+            self.sleeping = false;
+            wake.notify_one();
+        }
+    }
+}
+
+/// Until dropped, the dispatcher is not woken for published revisions (see `hold_wakes`).
+pub struct WakeHold(Arc<WatchHub>);
+
+impl Drop for WakeHold {
+    fn drop(&mut self) {
+        let mut p = lock(&self.0.published);
+        p.held -= 1;
+        if p.held == 0 && std::mem::take(&mut p.unwoken) {
+            p.wake_dispatcher(&self.0.wake);
+        }
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -219,7 +259,7 @@ pub struct WatchHub {
     hub: Mutex<Hub>,
     next_stream: AtomicU64,
     /// The store's current revision as last published, for the dispatcher to wait on.
-    published: Mutex<(i64, bool)>,
+    published: Mutex<Published>,
     wake: Condvar,
     /// The last dispatched revision, for streams that must wait for the dispatcher.
     dispatched_tx: tokio::sync::watch::Sender<i64>,
@@ -240,7 +280,10 @@ impl WatchHub {
                 ..Hub::default()
             }),
             next_stream: AtomicU64::new(1),
-            published: Mutex::new((current_rev, false)),
+            published: Mutex::new(Published {
+                rev: current_rev,
+                ..Published::default()
+            }),
             wake: Condvar::new(),
             dispatched_tx: tokio::sync::watch::Sender::new(current_rev),
             dispatched_now: AtomicI64::new(current_rev),
@@ -260,10 +303,10 @@ impl WatchHub {
             // Nobody to deliver to: the revision counts as dispatched at once, and the
             // dispatcher is not woken (a write then costs no thread switch).
             let mut hub = lock(&self.hub);
-            if hub.watchers.is_empty() && lock(&self.published).0 <= hub.dispatched {
+            if hub.watchers.is_empty() && lock(&self.published).rev <= hub.dispatched {
                 hub.dispatched = hub.dispatched.max(rev);
                 self.dispatched_now.store(hub.dispatched, Ordering::Release);
-                lock(&self.published).0 = rev;
+                lock(&self.published).rev = rev;
                 drop(hub);
                 self.dispatched_tx.send_if_modified(|d| {
                     let moved = *d < rev;
@@ -273,12 +316,28 @@ impl WatchHub {
                 return;
             }
         }
-        lock(&self.published).0 = rev;
-        self.wake.notify_one();
+        let mut p = lock(&self.published);
+        p.rev = rev;
+        p.wake_dispatcher(&self.wake);
+    }
+
+    /// Holds back waking the dispatcher until the returned guard is dropped: a batch of
+    /// writes then wakes it once, and it hands out their revisions together (one thread
+    /// switch per batch instead of one per write). A dispatcher already awake still hands
+    /// out each revision as soon as it is published.
+    pub fn hold_wakes(self: &Arc<Self>) -> WakeHold {
+        lock(&self.published).held += 1;
+        WakeHold(self.clone())
+    }
+
+    /// Whether the dispatcher waits for a revision to hand out (tests wait for it so that a
+    /// held wake is what keeps it waiting).
+    pub fn dispatcher_asleep(&self) -> bool {
+        lock(&self.published).sleeping
     }
 
     pub(super) fn stop(&self) {
-        lock(&self.published).1 = true;
+        lock(&self.published).stop = true;
         self.wake.notify_one();
     }
 
@@ -545,13 +604,15 @@ pub(super) fn spawn_dispatcher(store: Weak<KvStore>, hub: Arc<WatchHub>) {
                 let current = {
                     let hub_state = lock(&hub.hub).dispatched;
                     let mut p = lock(&hub.published);
-                    while !p.1 && p.0 <= hub_state {
+                    while !p.stop && p.rev <= hub_state {
+                        p.sleeping = true;
                         p = hub.wake.wait(p).unwrap_or_else(|e| e.into_inner());
+                        p.sleeping = false;
                     }
-                    if p.1 {
+                    if p.stop {
                         return;
                     }
-                    p.0
+                    p.rev
                 };
                 let Some(store) = store.upgrade() else { return };
                 hub.dispatch(&store, current);

@@ -60,12 +60,15 @@ impl ApplyLoop {
             match task {
                 ApplyTask::Entries(entries) => {
                     let mut last = None;
+                    // The watch dispatcher is woken once for the batch, not once per write.
+                    let wakes = self.shared.kv.watch_hub().hold_wakes();
                     for e in &entries {
                         if !self.apply_entry(e) {
                             break;
                         }
                         last = Some(e);
                     }
+                    drop(wakes);
                     // Once per batch: readers waiting for the applied index are woken once.
                     if let Some(last) = last {
                         self.shared.set_applied_entry(last.index, last.term);

@@ -102,10 +102,17 @@ impl RaftLoop {
         let mut in_flight: ReadRound = None;
         let mut round_started = Instant::now();
         let mut last_turn = Instant::now();
+        // One timer for the next tick, kept across waits and moved once per tick: a timer
+        // made for each wait would be registered each time, and registering one that is due
+        // before the runtime's next wake-up writes to its eventfd, which makes the next wait
+        // return at once (an extra write and epoll_wait per loop turn).
+        let mut tick_timer = {
+            let _rt = self.rt.enter();
+            Box::pin(tokio::time::sleep_until(next_tick.into()))
+        };
         self.maybe_campaign_alone();
         loop {
             let now = Instant::now();
-            let wait = next_tick.saturating_duration_since(now);
             let mut msgs = Vec::new();
             let rx = &mut self.rx;
             // With work already queued block_on returns at once without running the
@@ -114,14 +121,22 @@ impl RaftLoop {
             if turn {
                 last_turn = now;
             }
+            if tick_timer.deadline() != next_tick.into() {
+                tick_timer.as_mut().reset(next_tick.into());
+            }
+            let timer = tick_timer.as_mut();
             match self.rt.block_on(async {
                 if turn {
                     tokio::task::yield_now().await;
                 }
-                tokio::time::timeout(wait, rx.recv()).await
+                tokio::select! {
+                    biased;
+                    m = rx.recv() => Ok(m),
+                    _ = timer => Err(()),
+                }
             }) {
                 Ok(Some(m)) => msgs.push(m),
-                Err(_) => {}
+                Err(()) => {}
                 Ok(None) => break,
             }
             // Take everything queued: proposals arriving during an fsync share the next one.
@@ -569,8 +584,13 @@ impl RaftLoop {
             }
         }
         if !plain.is_empty() {
-            self.transport.send(plain);
-            self.rt.block_on(tokio::task::yield_now());
+            // Queued from inside the runtime: the writer tasks it wakes go on its own run
+            // queue, where a wake from outside would also write to its eventfd.
+            let transport = &self.transport;
+            self.rt.block_on(async {
+                transport.send(plain);
+                tokio::task::yield_now().await;
+            });
         }
         Ok(())
     }

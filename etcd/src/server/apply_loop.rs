@@ -24,6 +24,10 @@ pub const APPLY_QUEUE: usize = 1024;
 /// requests" (etcd's maxGapBetweenApplyAndCommitIndex).
 pub const MAX_APPLY_GAP: u64 = 5000;
 
+/// Entries applied at most before the watch dispatcher is woken (a write takes microseconds:
+/// a watcher waits about a millisecond more at worst).
+const WATCH_WAKE_EVERY: usize = 256;
+
 /// Work for the apply thread, in log order.
 pub enum ApplyTask {
     /// Committed normal entries (conf changes are applied by the raft thread, see `Barrier`).
@@ -60,15 +64,18 @@ impl ApplyLoop {
             match task {
                 ApplyTask::Entries(entries) => {
                     let mut last = None;
-                    // The watch dispatcher is woken once for the batch, not once per write.
-                    let wakes = self.shared.kv.watch_hub().hold_wakes();
-                    for e in &entries {
-                        if !self.apply_entry(e) {
-                            break;
+                    // The watch dispatcher is woken once per batch, not once per write; a
+                    // long batch (a restart replaying the log) wakes it every so many entries
+                    // so that watchers are not kept waiting for its end.
+                    'apply: for part in entries.chunks(WATCH_WAKE_EVERY) {
+                        let _wakes = self.shared.kv.watch_hub().hold_wakes();
+                        for e in part {
+                            if !self.apply_entry(e) {
+                                break 'apply;
+                            }
+                            last = Some(e);
                         }
-                        last = Some(e);
                     }
-                    drop(wakes);
                     // Once per batch: readers waiting for the applied index are woken once.
                     if let Some(last) = last {
                         self.shared.set_applied_entry(last.index, last.term);

@@ -238,6 +238,7 @@ impl Published {
 }
 
 /// Until dropped, the dispatcher is not woken for published revisions (see `hold_wakes`).
+#[must_use = "the hold ends when the guard is dropped"]
 pub struct WakeHold(Arc<WatchHub>);
 
 impl Drop for WakeHold {
@@ -332,6 +333,7 @@ impl WatchHub {
 
     /// Whether the dispatcher waits for a revision to hand out (tests wait for it so that a
     /// held wake is what keeps it waiting).
+    #[doc(hidden)]
     pub fn dispatcher_asleep(&self) -> bool {
         lock(&self.published).sleeping
     }

@@ -288,6 +288,47 @@ fn a_batch_holding_the_dispatchers_wake_gets_all_its_revisions_handed_out_after_
     assert_eq!(revs, vec![from, from + 1, from + 2]);
 }
 
+/// A hold does not keep a long batch's revisions from the dispatcher: past a bound (256
+/// revisions, a sixteenth of the recent events the store keeps) it is woken all the same.
+#[test]
+fn a_long_batch_holding_the_wake_still_wakes_the_dispatcher() {
+    use etcd::mvcc::watch_hub::WatchSpec;
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir.path().join("db"));
+    let hub = s.watch_hub().clone();
+    let stream = hub.open_stream(std::task::Waker::noop().clone());
+    let spec = WatchSpec {
+        key: b"k".to_vec(),
+        range_end: Vec::new(),
+        no_put: false,
+        no_delete: false,
+        prev_kv: false,
+    };
+    hub.watch_from_now(&s, &stream, 1, spec);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !hub.dispatcher_asleep() {
+        assert!(Instant::now() < deadline, "the dispatcher never waited");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let _held = hub.hold_wakes();
+    for i in 0..300u64 {
+        let mut w = s.write();
+        w.put(b"k", b"v", 0).unwrap();
+        w.end(i + 1, 1).unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut handed = 0;
+    while handed < 256 {
+        assert!(
+            Instant::now() < deadline,
+            "only {handed} of 300 revisions handed out during the hold"
+        );
+        handed += hub.take(&stream).deliveries.len();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Reads the db file of a real etcd 3.4 and sees exactly what its etcdctl sees.
 #[test]
 fn reads_a_real_etcd_db_like_etcd() {

@@ -153,8 +153,8 @@ impl OpCounts {
 const RELEASE_EVERY_SCANNED: usize = 16_384;
 
 /// Revisions kept in `Recent` at most, and their approximate bytes.
-const RECENT_REVS: usize = 4096;
-const RECENT_BYTES: usize = 16 << 20;
+pub(super) const RECENT_REVS: usize = 4096;
+pub(super) const RECENT_BYTES: usize = 16 << 20;
 
 /// The events of consecutive latest revisions (with their prev_kv when a write read it).
 #[derive(Default)]
@@ -178,7 +178,8 @@ fn approx_size(events: &[Event]) -> usize {
 }
 
 impl Recent {
-    fn push(&mut self, rev: i64, events: Arc<Vec<Event>>) {
+    /// Keeps `rev`'s events; their approximate size.
+    fn push(&mut self, rev: i64, events: Arc<Vec<Event>>) -> usize {
         // Revisions must stay consecutive for a read to trust what it finds.
         if self.revs.back().is_some_and(|(r, _, _)| *r + 1 != rev) {
             self.revs.clear();
@@ -190,7 +191,7 @@ impl Recent {
             // kept, nor what came before it: watchers read those from the backend.
             self.revs.clear();
             self.bytes = 0;
-            return;
+            return size;
         }
         self.revs.push_back((rev, events, size));
         self.bytes += size;
@@ -199,6 +200,7 @@ impl Recent {
                 self.bytes -= n;
             }
         }
+        size
     }
 }
 
@@ -388,7 +390,7 @@ impl KvStore {
         *self.state_mut() = state;
         self.resume_compaction(scheduled);
         self.rev_tx.send_replace(rev);
-        self.hub.published(rev);
+        self.hub.published(rev, 0);
         Ok(())
     }
 
@@ -1146,9 +1148,11 @@ impl<'a> WriteTxn<'a> {
     /// store's recent events, so a watcher woken by the new revision finds them there).
     fn publish(&mut self, applied: Option<(u64, u64)>) -> (i64, Arc<Vec<Event>>) {
         let events = Arc::new(std::mem::take(&mut self.events));
-        if self.sub > 0 {
-            lock(&self.store.recent).push(self.begin_rev + 1, events.clone());
-        }
+        let size = if self.sub > 0 {
+            lock(&self.store.recent).push(self.begin_rev + 1, events.clone())
+        } else {
+            0
+        };
         let mut st = self.store.state_mut();
         if self.sub > 0 {
             st.current_rev = self.begin_rev + 1;
@@ -1169,7 +1173,7 @@ impl<'a> WriteTxn<'a> {
             changed
         });
         if self.sub > 0 {
-            self.store.hub.published(rev);
+            self.store.hub.published(rev, size);
         }
         (rev, events)
     }

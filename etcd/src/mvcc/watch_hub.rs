@@ -16,7 +16,7 @@ use prost::Message;
 use proto::mvccpb::{Event, event::EventType};
 
 use super::index::KeyRange;
-use super::store::{KvStore, prev_kv_missing};
+use super::store::{KvStore, RECENT_BYTES, RECENT_REVS, prev_kv_missing};
 
 /// What a mailbox holds before its stream's watchers are sent back to catch up from history.
 const MAILBOX_BYTES: usize = 8 << 20;
@@ -220,16 +220,36 @@ struct Published {
     sleeping: bool,
     /// Write batches holding back the dispatcher's wake (`WatchHub::hold_wakes`).
     held: usize,
-    /// A revision for the dispatcher was published while its wake was held back.
-    unwoken: bool,
+    /// Revisions, and their events' approximate bytes, published since the dispatcher was
+    /// last woken while a hold kept it asleep.
+    unwoken_revs: usize,
+    unwoken_bytes: usize,
 }
 
+/// What a hold lets wait unwoken at most: a watcher then waits little longer for a long
+/// batch, and the revisions stay among the store's recent events (the last 4096 revisions,
+/// 16 MiB) until the dispatcher reads them, instead of sending every watcher to catch up
+/// from the backend.
+const HOLD_REVS: usize = RECENT_REVS / 16;
+const HOLD_BYTES: usize = RECENT_BYTES / 16;
+
 impl Published {
-    /// Wakes the dispatcher for a revision to hand out, unless a batch holds the wake back.
-    fn wake_dispatcher(&mut self, wake: &Condvar) {
-        if self.held > 0 {
-            self.unwoken = true;
-        } else if self.sleeping {
+    /// Wakes the dispatcher for `size` bytes of events to hand out, unless a batch holds the
+    /// wake back and what waits is still within the hold's bounds.
+    fn wake_dispatcher(&mut self, wake: &Condvar, size: usize) {
+        self.unwoken_revs += 1;
+        self.unwoken_bytes += size;
+        if self.held > 0 && self.unwoken_revs < HOLD_REVS && self.unwoken_bytes < HOLD_BYTES {
+            return;
+        }
+        self.notify(wake);
+    }
+
+    /// Wakes the dispatcher if it sleeps, for what was published so far.
+    fn notify(&mut self, wake: &Condvar) {
+        self.unwoken_revs = 0;
+        self.unwoken_bytes = 0;
+        if self.sleeping {
             // Marked awake here so that later writes before it runs wake it no more.
             self.sleeping = false;
             wake.notify_one();
@@ -245,8 +265,8 @@ impl Drop for WakeHold {
     fn drop(&mut self) {
         let mut p = lock(&self.0.published);
         p.held -= 1;
-        if p.held == 0 && std::mem::take(&mut p.unwoken) {
-            p.wake_dispatcher(&self.0.wake);
+        if p.held == 0 && p.unwoken_revs > 0 {
+            p.notify(&self.0.wake);
         }
     }
 }
@@ -298,8 +318,9 @@ impl WatchHub {
         let _ = rx.wait_for(|d| *d >= rev).await;
     }
 
-    /// The store moved to `rev` (called by the store after each write).
-    pub(super) fn published(&self, rev: i64) {
+    /// The store moved to `rev`, whose events are about `size` bytes (called by the store
+    /// after each write).
+    pub(super) fn published(&self, rev: i64, size: usize) {
         {
             // Nobody to deliver to: the revision counts as dispatched at once, and the
             // dispatcher is not woken (a write then costs no thread switch).
@@ -319,13 +340,14 @@ impl WatchHub {
         }
         let mut p = lock(&self.published);
         p.rev = rev;
-        p.wake_dispatcher(&self.wake);
+        p.wake_dispatcher(&self.wake, size);
     }
 
     /// Holds back waking the dispatcher until the returned guard is dropped: a batch of
     /// writes then wakes it once, and it hands out their revisions together (one thread
-    /// switch per batch instead of one per write). A dispatcher already awake still hands
-    /// out each revision as soon as it is published.
+    /// switch per batch instead of one per write); a long batch wakes it every `HOLD_REVS`
+    /// revisions or `HOLD_BYTES` of events. A dispatcher already awake still hands out each
+    /// revision as soon as it is published.
     pub fn hold_wakes(self: &Arc<Self>) -> WakeHold {
         lock(&self.published).held += 1;
         WakeHold(self.clone())

@@ -24,14 +24,6 @@ pub const APPLY_QUEUE: usize = 1024;
 /// requests" (etcd's maxGapBetweenApplyAndCommitIndex).
 pub const MAX_APPLY_GAP: u64 = 5000;
 
-/// Entries, and bytes of entries, applied at most before the watch dispatcher is woken: its
-/// wake is held for a batch (once per batch, not once per write), but not so long that a
-/// watcher waits for a long batch to end, nor that the batch's first revisions leave the
-/// store's recent events (16 MiB) before the dispatcher reads them, which would send every
-/// watcher to catch up from the backend.
-const WATCH_WAKE_ENTRIES: usize = 256;
-const WATCH_WAKE_BYTES: usize = 1 << 20;
-
 /// Work for the apply thread, in log order.
 pub enum ApplyTask {
     /// Committed normal entries (conf changes are applied by the raft thread, see `Barrier`).
@@ -68,20 +60,13 @@ impl ApplyLoop {
             match task {
                 ApplyTask::Entries(entries) => {
                     let mut last = None;
-                    let hub = self.shared.kv.watch_hub().clone();
-                    let mut wakes = hub.hold_wakes();
-                    let (mut held_entries, mut held_bytes) = (0, 0);
+                    // The watch dispatcher is woken once per batch, not once per write (a
+                    // long batch wakes it now and then: WatchHub::hold_wakes).
+                    let wakes = self.shared.kv.watch_hub().hold_wakes();
                     for e in &entries {
-                        if held_entries == WATCH_WAKE_ENTRIES || held_bytes >= WATCH_WAKE_BYTES {
-                            drop(wakes);
-                            wakes = hub.hold_wakes();
-                            (held_entries, held_bytes) = (0, 0);
-                        }
                         if !self.apply_entry(e) {
                             break;
                         }
-                        held_entries += 1;
-                        held_bytes += e.data().len();
                         last = Some(e);
                     }
                     drop(wakes);

@@ -239,30 +239,43 @@ fn a_prev_kv_watcher_is_never_handed_an_event_without_it() {
     assert_eq!(taken.unsynced, vec![(7, rev)]);
 }
 
-/// The writes of one apply batch wake the dispatcher once, when the batch lets go of the
-/// wake (not once per write): nothing is handed out while it holds it, and every revision of
-/// the batch is handed out, in order, once it lets go.
-#[test]
-fn a_batch_holding_the_dispatchers_wake_gets_all_its_revisions_handed_out_after_it() {
-    use etcd::mvcc::watch_hub::WatchSpec;
+/// A watcher (id 1) on key `k` of `s`, once the dispatcher sleeps: the hub, the watcher's
+/// stream and the first revision it will get.
+fn watcher_with_the_dispatcher_asleep(
+    s: &KvStore,
+) -> (
+    Arc<etcd::mvcc::watch_hub::WatchHub>,
+    etcd::mvcc::watch_hub::StreamHandle,
+    i64,
+) {
     use std::time::{Duration, Instant};
-    let dir = tempfile::tempdir().unwrap();
-    let s = open(&dir.path().join("db"));
     let hub = s.watch_hub().clone();
     let stream = hub.open_stream(std::task::Waker::noop().clone());
-    let spec = WatchSpec {
+    let spec = etcd::mvcc::watch_hub::WatchSpec {
         key: b"k".to_vec(),
         range_end: Vec::new(),
         no_put: false,
         no_delete: false,
         prev_kv: false,
     };
-    let from = hub.watch_from_now(&s, &stream, 1, spec);
+    let from = hub.watch_from_now(s, &stream, 1, spec);
     let deadline = Instant::now() + Duration::from_secs(10);
     while !hub.dispatcher_asleep() {
         assert!(Instant::now() < deadline, "the dispatcher never waited");
         std::thread::sleep(Duration::from_millis(5));
     }
+    (hub, stream, from)
+}
+
+/// The writes of one apply batch wake the dispatcher once, when the batch lets go of the
+/// wake (not once per write): nothing is handed out while it holds it, and every revision of
+/// the batch is handed out, in order, once it lets go.
+#[test]
+fn a_batch_holding_the_dispatchers_wake_gets_all_its_revisions_handed_out_after_it() {
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir.path().join("db"));
+    let (hub, stream, from) = watcher_with_the_dispatcher_asleep(&s);
     let held = hub.hold_wakes();
     for i in 0..3u64 {
         let mut w = s.write();
@@ -292,25 +305,10 @@ fn a_batch_holding_the_dispatchers_wake_gets_all_its_revisions_handed_out_after_
 /// revisions, a sixteenth of the recent events the store keeps) it is woken all the same.
 #[test]
 fn a_long_batch_holding_the_wake_still_wakes_the_dispatcher() {
-    use etcd::mvcc::watch_hub::WatchSpec;
     use std::time::{Duration, Instant};
     let dir = tempfile::tempdir().unwrap();
     let s = open(&dir.path().join("db"));
-    let hub = s.watch_hub().clone();
-    let stream = hub.open_stream(std::task::Waker::noop().clone());
-    let spec = WatchSpec {
-        key: b"k".to_vec(),
-        range_end: Vec::new(),
-        no_put: false,
-        no_delete: false,
-        prev_kv: false,
-    };
-    hub.watch_from_now(&s, &stream, 1, spec);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !hub.dispatcher_asleep() {
-        assert!(Instant::now() < deadline, "the dispatcher never waited");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let (hub, stream, _) = watcher_with_the_dispatcher_asleep(&s);
     let _held = hub.hold_wakes();
     for i in 0..300u64 {
         let mut w = s.write();

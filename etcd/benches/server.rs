@@ -13,6 +13,7 @@
 // BENCH_WATCHERS=1000, BENCH_WATCH_KEYS=100, BENCH_WATCH_PUTS=8000, BENCH_WATCHERS_PER_STREAM=1,
 // BENCH_COMPACT_REVS=100000 (1000000 for the million). BENCH_ONLY=etcd|ours runs one
 // server; BENCH_WORKLOADS=keys,put1,put64,txn,range,prefix,listall,watch,progress,db,compact picks workloads.
+// BENCH_ROUNDS=n runs each repeatable workload n times and prints medians (the issue's: 4).
 // BENCH_FLAGS="--unsafe-no-fsync ..." adds flags to both servers' command lines.
 // Quick mode: BENCH_SECS=2 BENCH_KEYS=20000 BENCH_COMPACT_REVS=20000 scripts/bench.sh server
 
@@ -21,6 +22,11 @@ mod support;
 
 #[path = "load/mod.rs"]
 mod load;
+
+/// The load generator shares the machine with the servers it measures: its own CPU per request
+/// (glibc malloc was a tenth of it) takes cores from both, so it uses the allocator ours does.
+#[global_allocator]
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() {
     let cfg = load::Config::from_env();

@@ -102,6 +102,8 @@ pub struct Config {
     pub watch_keys: usize,
     pub watch_puts: usize,
     pub watchers_per_stream: usize,
+    /// Rounds of each repeatable workload (BENCH_ROUNDS): the table shows medians.
+    pub rounds: usize,
     pub compact_revs: usize,
     /// BENCH_ONLY=etcd|ours runs one server only.
     pub only: Option<String>,
@@ -118,6 +120,7 @@ impl Config {
             watch_keys: env::<usize>("BENCH_WATCH_KEYS", 100).max(1),
             watch_puts: env("BENCH_WATCH_PUTS", 8000),
             watchers_per_stream: env::<usize>("BENCH_WATCHERS_PER_STREAM", 1).max(1),
+            rounds: env::<usize>("BENCH_ROUNDS", 1).max(1),
             compact_revs: env("BENCH_COMPACT_REVS", 100_000),
             only: std::env::var("BENCH_ONLY").ok(),
             workloads: std::env::var("BENCH_WORKLOADS")
@@ -383,13 +386,36 @@ pub const ETCD_AND_OURS: [Column; 2] = [
 ];
 
 /// The table the benchmarks print: a value per column (etcd 3.4 first), each later column's
-/// ratio to the first, and the target (for ours/etcd).
+/// ratio to the first, and the target (for ours/etcd). A workload run for several
+/// rounds shows each column's median, and the lowest and highest of its rounds' ratios.
 pub struct Table {
     cluster: bool,
     columns: Vec<Column>,
-    rows: Vec<(String, Vec<f64>, &'static str)>,
-    cpu: Vec<(String, Vec<f64>)>,
+    rows: Vec<Row>,
+    cpu: Vec<Row>,
     errors: Vec<String>,
+}
+
+struct Row {
+    label: String,
+    values: Vec<f64>,
+    target: &'static str,
+    /// Per later column: (lowest, highest) of the rounds' ratios, when there was more than one.
+    spread: Vec<Option<(f64, f64)>>,
+}
+
+/// The median of `v` (the mean of the middle two for an even count), 0 for none.
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
 }
 
 impl Table {
@@ -404,39 +430,40 @@ impl Table {
     }
 
     pub fn row(&mut self, label: impl Into<String>, values: Vec<f64>, target: &'static str) {
-        self.rows.push((label.into(), values, target));
+        let spread = vec![None; values.len().saturating_sub(1)];
+        self.rows.push(Row {
+            label: label.into(),
+            values,
+            target,
+            spread,
+        });
     }
 
-    /// One workload's measures, one per column (in column order).
-    pub fn add(&mut self, workload: &str, m: &[Measured]) {
-        let Some(labels) = m.iter().max_by_key(|x| x.rows.len()) else {
+    /// One workload's measures: per column (in column order), one per round.
+    pub fn add(&mut self, workload: &str, m: &[Vec<Measured>]) {
+        let all = m.iter().flatten();
+        let Some(labels) = all.clone().max_by_key(|x| x.rows.len()) else {
             return;
         };
         for (i, (label, _, target)) in labels.rows.iter().enumerate() {
-            let v = m
-                .iter()
-                .map(|x| x.rows.get(i).map(|r| r.1).unwrap_or(0.0))
-                .collect();
-            self.rows.push((label.clone(), v, target));
+            let per_round = |x: &Measured| x.rows.get(i).map(|r| r.1).unwrap_or(0.0);
+            self.rows.push(Row::of(label, target, m, per_round));
         }
-        let Some(labels) = m.iter().max_by_key(|x| x.cpu.len()) else {
-            return;
-        };
-        for (i, (label, _)) in labels.cpu.iter().enumerate() {
-            let v = m
-                .iter()
-                .map(|x| x.cpu.get(i).map(|r| r.1).unwrap_or(0.0))
-                .collect();
-            self.cpu.push((label.clone(), v));
+        if let Some(labels) = all.clone().max_by_key(|x| x.cpu.len()) {
+            for (i, (label, _)) in labels.cpu.iter().enumerate() {
+                let per_round = |x: &Measured| x.cpu.get(i).map(|r| r.1).unwrap_or(0.0);
+                self.cpu.push(Row::of(label, "≤ 0.5", m, per_round));
+            }
         }
         for (k, col) in self.columns.iter().enumerate() {
-            let Some(x) = m.get(k) else { continue };
-            if x.errors > 0 {
+            let Some(rounds) = m.get(k) else { continue };
+            let errors: u64 = rounds.iter().map(|x| x.errors).sum();
+            if errors > 0 {
+                let first = rounds.iter().find_map(|x| x.first_error.as_deref());
                 self.errors.push(format!(
-                    "{workload} on {}: {} failed requests, first: {}",
+                    "{workload} on {}: {errors} failed requests, first: {}",
                     col.heading,
-                    x.errors,
-                    x.first_error.as_deref().unwrap_or("?")
+                    first.unwrap_or("?")
                 ));
             }
         }
@@ -444,17 +471,21 @@ impl Table {
 
     pub fn print(&self, title: &str) {
         println!("{title}");
-        let line = |label: &str, v: &[f64], target: &str| {
-            let mut out = format!("{label:<54}");
-            for x in v {
+        let line = |r: &Row| {
+            let mut out = format!("{:<54}", r.label);
+            for x in &r.values {
                 out.push_str(&format!(" {x:>14.2}"));
             }
-            let base = v.first().copied().unwrap_or(0.0);
-            for x in v.iter().skip(1) {
+            let base = r.values.first().copied().unwrap_or(0.0);
+            for x in r.values.iter().skip(1) {
                 let ratio = if base > 0.0 { x / base } else { 0.0 };
                 out.push_str(&format!(" {ratio:>9.2}"));
             }
-            println!("{out} {target:>8}");
+            out.push_str(&format!(" {:>8}", r.target));
+            for (lo, hi) in r.spread.iter().flatten() {
+                out.push_str(&format!(" {lo:>5.2}-{hi:.2}"));
+            }
+            println!("{out}");
         };
         let mut head = format!("{:<54}", "");
         for c in &self.columns {
@@ -463,9 +494,18 @@ impl Table {
         for c in self.columns.iter().skip(1) {
             head.push_str(&format!(" {:>9}", format!("{}/etcd", c.tag)));
         }
-        println!("{head} {:>8}", "target");
-        for (label, v, target) in &self.rows {
-            line(label, v, target);
+        head.push_str(&format!(" {:>8}", "target"));
+        if self
+            .rows
+            .iter()
+            .chain(&self.cpu)
+            .any(|r| r.spread.iter().any(Option::is_some))
+        {
+            head.push_str("  rounds' ratios");
+        }
+        println!("{head}");
+        for r in &self.rows {
+            line(r);
         }
         let members = if self.cluster {
             ", summed over the members"
@@ -473,13 +513,86 @@ impl Table {
             ""
         };
         println!("server CPU µs per op (utime+stime{members})");
-        for (label, v) in &self.cpu {
-            line(label, v, "≤ 0.5");
+        for r in &self.cpu {
+            line(r);
         }
         for e in &self.errors {
             println!("errors: {e}");
         }
     }
+}
+
+impl Row {
+    /// A row of medians over the rounds of each column, and the spread of the rounds' ratios
+    /// (round r of a column against round r of the first).
+    fn of(
+        label: &str,
+        target: &'static str,
+        m: &[Vec<Measured>],
+        value: impl Fn(&Measured) -> f64,
+    ) -> Row {
+        let values = m
+            .iter()
+            .map(|rounds| median(rounds.iter().map(&value).collect()))
+            .collect();
+        let base: Vec<f64> = m
+            .first()
+            .map(|r| r.iter().map(&value).collect())
+            .unwrap_or_default();
+        let spread = m
+            .iter()
+            .skip(1)
+            .map(|rounds| {
+                let ratios: Vec<f64> = rounds
+                    .iter()
+                    .zip(&base)
+                    .filter(|&(_, &b)| b > 0.0)
+                    .map(|(x, b)| value(x) / b)
+                    .collect();
+                let lo = ratios.iter().copied().reduce(f64::min)?;
+                let hi = ratios.iter().copied().reduce(f64::max)?;
+                (ratios.len() > 1).then_some((lo, hi))
+            })
+            .collect();
+        Row {
+            label: label.to_string(),
+            values,
+            target,
+            spread,
+        }
+    }
+}
+
+/// Workloads that can run again on the same server and measure the same thing (BENCH_ROUNDS):
+/// not the key load, the end-of-run sizes or the compaction, which change what they measure.
+const REPEATABLE: [&str; 9] = [
+    "put1", "get1", "put64", "txn", "range", "prefix", "listall", "watch", "progress",
+];
+
+/// Runs workload number `k` (`w`) for its rounds on `n` targets, alternating which goes first
+/// from round to round; `run(i)` measures target `i` once (None: not running). Per target, one
+/// measure per round.
+pub fn rounds(
+    cfg: &Config,
+    k: usize,
+    w: &str,
+    n: usize,
+    mut run: impl FnMut(usize) -> Option<Measured>,
+) -> Vec<Vec<Measured>> {
+    let rounds = if REPEATABLE.contains(&w) {
+        cfg.rounds
+    } else {
+        1
+    };
+    let mut out: Vec<Vec<Measured>> = (0..n).map(|_| Vec::new()).collect();
+    for r in 0..rounds {
+        for i in run_order(k + r, n) {
+            if let Some(m) = run(i) {
+                out[i].push(m);
+            }
+        }
+    }
+    out
 }
 
 /// Every workload, in the order the suite runs them.
@@ -500,12 +613,10 @@ pub fn run_suite(
         if !cfg.wants(w) {
             continue;
         }
-        let mut out: [Measured; 2] = Default::default();
-        for i in run_order(k, 2) {
-            if let Some(t) = &targets[i] {
-                out[i] = measure(rt, w, t, cfg, cluster);
-            }
-        }
+        let out = rounds(cfg, k, w, targets.len(), |i| {
+            let t = targets[i].as_ref()?;
+            Some(measure(rt, w, t, cfg, cluster))
+        });
         table.add(w, &out);
     }
     table

@@ -588,6 +588,9 @@ pub fn rounds(
     for r in 0..rounds {
         for i in run_order(k + r, n) {
             if let Some(m) = run(i) {
+                if let Some((label, v, _)) = m.rows.first() {
+                    eprintln!("bench: {w} round {}: {label} {v:.2}", r + 1);
+                }
                 out[i].push(m);
             }
         }

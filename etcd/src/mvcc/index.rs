@@ -125,12 +125,16 @@ impl Index {
 
     /// How many keys of `range` are alive at `at`.
     pub fn count(&self, range: KeyRange<'_>, at: i64) -> usize {
-        let mut n = 0;
-        self.visit(range, at, |_, _| {
-            n += 1;
-            true
-        });
-        n
+        if range.is_single() {
+            return usize::from(self.get(range.key, at).is_some());
+        }
+        if range.is_empty_range() {
+            return 0;
+        }
+        self.keys
+            .range::<[u8], _>(range.bounds())
+            .filter(|(_, ki)| ki.alive_at(at))
+            .count()
     }
 
     /// Keys of `range` alive now (for DeleteRange), in order.

@@ -234,6 +234,25 @@ impl KeyIndex {
         None
     }
 
+    /// Whether the key exists as of revision `at`: `get(at).is_some()` for any `at` at or after
+    /// the last compaction (the only reads the store lets through), without reading the
+    /// revisions themselves, which sit behind a second pointer (a count visits every key).
+    pub fn alive_at(&self, at: i64) -> bool {
+        let gens = match &self.repr {
+            Repr::One { modified, .. } => return modified.main <= at,
+            Repr::Gens(g) => g,
+        };
+        // A generation's creation is at or before its first revision left, which a compaction
+        // at or before `at` keeps at or before `at`.
+        for g in gens.iter().rev() {
+            if g.revs.is_empty() || g.created.main > at {
+                continue;
+            }
+            return g.tombstone.is_none_or(|t| t.main > at);
+        }
+        false
+    }
+
     /// Every revision (puts and the delete) with main ≥ `since`, ascending: what a watcher
     /// catching up from `since` must replay for this key.
     pub fn revisions_since(&self, since: i64) -> Vec<Revision> {
@@ -494,6 +513,11 @@ mod tests {
                         k.get(at),
                         want,
                         "at {at}, events {events:?}, compacted {compacted}"
+                    );
+                    assert_eq!(
+                        k.alive_at(at),
+                        want.is_some(),
+                        "alive at {at}, events {events:?}, compacted {compacted}"
                     );
                 }
             }

@@ -67,14 +67,22 @@ enum Repr {
         /// Non-zero (versions start at 1), which lets the enum fit in 32 bytes.
         version: NonZeroI64,
     },
-    /// Any other history (none at all included), oldest generation first.
-    Gens(Vec<Generation>),
+    /// Any other history (none at all included), oldest generation first, with the main
+    /// revision of the key's latest change, negated when that was a delete (0: no history):
+    /// a read at or after it (a count at the current revision) needs no generation.
+    Gens {
+        latest: i64,
+        gens: Box<[Generation]>,
+    },
 }
 
 impl Default for KeyIndex {
     fn default() -> KeyIndex {
         KeyIndex {
-            repr: Repr::Gens(Vec::new()),
+            repr: Repr::Gens {
+                latest: 0,
+                gens: Box::default(),
+            },
         }
     }
 }
@@ -97,31 +105,35 @@ impl KeyIndex {
         KeyIndex::default()
     }
 
-    /// The generations, made explicit for a change (a key held inline gets its one).
-    fn gens_mut(&mut self) -> &mut Vec<Generation> {
+    /// The generations and the latest change, made explicit for a change (a key held inline
+    /// gets its one generation).
+    fn gens_mut(&mut self) -> (&mut Box<[Generation]>, &mut i64) {
         if let Repr::One {
             modified,
             created,
             version,
         } = self.repr
         {
-            self.repr = Repr::Gens(vec![Generation {
-                created: created_rev(modified, created),
-                first_version: version.get(),
-                revs: vec![modified],
-                tombstone: None,
-            }]);
+            self.repr = Repr::Gens {
+                latest: modified.main,
+                gens: Box::new([Generation {
+                    created: created_rev(modified, created),
+                    first_version: version.get(),
+                    revs: vec![modified],
+                    tombstone: None,
+                }]),
+            };
         }
         match &mut self.repr {
-            Repr::Gens(g) => g,
+            Repr::Gens { gens, latest } => (gens, latest),
             Repr::One { .. } => unreachable!("converted above"),
         }
     }
 
     /// Goes back inline when the history is down to one revision of one live generation.
     fn shrink(&mut self) {
-        if let Repr::Gens(g) = &self.repr
-            && let [only] = g.as_slice()
+        if let Repr::Gens { gens, .. } = &self.repr
+            && let [only] = &gens[..]
             && let ([rev], None) = (only.revs.as_slice(), only.tombstone)
             && let Some(version) = NonZeroI64::new(only.first_version)
         {
@@ -143,7 +155,7 @@ impl KeyIndex {
     /// `create_revision` and `version`: after a compaction the first revision left of a
     /// generation is not its creation, and a put reads both from here, not from the db.
     pub fn restore(&mut self, rev: Revision, create_revision: i64, version: i64) {
-        if matches!(&self.repr, Repr::Gens(g) if g.is_empty()) {
+        if matches!(&self.repr, Repr::Gens { gens, .. } if gens.is_empty()) {
             self.repr = Repr::One {
                 modified: rev,
                 created: create_revision,
@@ -153,15 +165,21 @@ impl KeyIndex {
             };
             return;
         }
-        let gens = self.gens_mut();
+        let (gens, latest) = self.gens_mut();
+        *latest = rev.main;
         match gens.last_mut() {
             Some(g) if g.tombstone.is_none() => g.revs.push(rev),
-            _ => gens.push(Generation {
-                created: created_rev(rev, create_revision),
-                first_version: version.max(1),
-                revs: vec![rev],
-                tombstone: None,
-            }),
+            _ => {
+                // A new generation (after a delete) is rare: the slice is rebuilt.
+                let mut v = std::mem::take(gens).into_vec();
+                v.push(Generation {
+                    created: created_rev(rev, create_revision),
+                    first_version: version.max(1),
+                    revs: vec![rev],
+                    tombstone: None,
+                });
+                *gens = v.into_boxed_slice();
+            }
         }
     }
 
@@ -170,9 +188,11 @@ impl KeyIndex {
         if !self.is_alive() {
             return false;
         }
-        match self.gens_mut().last_mut() {
+        let (gens, latest) = self.gens_mut();
+        match gens.last_mut() {
             Some(g) => {
                 g.tombstone = Some(rev);
+                *latest = -rev.main;
                 true
             }
             None => false,
@@ -183,7 +203,7 @@ impl KeyIndex {
     pub fn is_alive(&self) -> bool {
         match &self.repr {
             Repr::One { .. } => true,
-            Repr::Gens(g) => g.last().is_some_and(|g| g.tombstone.is_none()),
+            Repr::Gens { latest, .. } => *latest > 0,
         }
     }
 
@@ -191,7 +211,7 @@ impl KeyIndex {
     pub fn modified(&self) -> Option<Revision> {
         match &self.repr {
             Repr::One { modified, .. } => Some(*modified),
-            Repr::Gens(g) => g.last().map(Generation::last),
+            Repr::Gens { gens, .. } => gens.last().map(Generation::last),
         }
     }
 
@@ -209,7 +229,7 @@ impl KeyIndex {
                     version: version.get(),
                 });
             }
-            Repr::Gens(g) => g,
+            Repr::Gens { gens, .. } => gens,
         };
         for g in gens.iter().rev() {
             let Some(first) = g.revs.first() else {
@@ -240,7 +260,8 @@ impl KeyIndex {
     pub fn alive_at(&self, at: i64) -> bool {
         let gens = match &self.repr {
             Repr::One { modified, .. } => return modified.main <= at,
-            Repr::Gens(g) => g,
+            Repr::Gens { latest, .. } if *latest != 0 && at >= latest.abs() => return *latest > 0,
+            Repr::Gens { gens, .. } => gens,
         };
         // A generation's creation is at or before its first revision left, which a compaction
         // at or before `at` keeps at or before `at`.
@@ -264,7 +285,7 @@ impl KeyIndex {
                     Vec::new()
                 };
             }
-            Repr::Gens(g) => g,
+            Repr::Gens { gens, .. } => gens,
         };
         let mut out = Vec::new();
         for g in gens {
@@ -287,8 +308,9 @@ impl KeyIndex {
             };
         }
         let mut kept = None;
-        let gens = self.gens_mut();
-        gens.retain_mut(|g| {
+        let (gens, latest) = self.gens_mut();
+        let mut v = std::mem::take(gens).into_vec();
+        v.retain_mut(|g| {
             if g.tombstone.is_some_and(|t| t.main <= at) {
                 return false;
             }
@@ -300,7 +322,11 @@ impl KeyIndex {
             }
             true
         });
-        let empty = gens.is_empty();
+        let empty = v.is_empty();
+        if empty {
+            *latest = 0;
+        }
+        *gens = v.into_boxed_slice();
         self.shrink();
         Compacted { kept, empty }
     }
@@ -371,7 +397,7 @@ mod tests {
         k.put(r(3));
         assert!(matches!(k.repr, Repr::One { .. }));
         k.put(r(5));
-        assert!(matches!(k.repr, Repr::Gens(_)));
+        assert!(matches!(k.repr, Repr::Gens { .. }));
         // Compaction that leaves one revision goes back inline, versions kept.
         k.compact(6);
         assert!(matches!(k.repr, Repr::One { .. }));

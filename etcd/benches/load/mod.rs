@@ -586,11 +586,11 @@ pub fn rounds(
     };
     let mut out: Vec<Vec<Measured>> = (0..n).map(|_| Vec::new()).collect();
     for r in 0..rounds {
+        if rounds > 1 {
+            eprintln!("bench: {w}, round {} of {rounds}", r + 1);
+        }
         for i in run_order(k + r, n) {
             if let Some(m) = run(i) {
-                if let Some((label, v, _)) = m.rows.first() {
-                    eprintln!("bench: {w} round {}: {label} {v:.2}", r + 1);
-                }
                 out[i].push(m);
             }
         }
@@ -644,7 +644,11 @@ pub fn measure(
     cluster: bool,
 ) -> Measured {
     eprintln!("bench: {w} on {}", t.name);
-    rt.block_on(workload(w, t, cfg, cluster))
+    let m = rt.block_on(workload(w, t, cfg, cluster));
+    if let Some((label, v, _)) = m.rows.first() {
+        eprintln!("bench: {w} on {}: {label} {v:.2}", t.name);
+    }
+    m
 }
 
 async fn workload(w: &str, t: &Target, cfg: &Config, cluster: bool) -> Measured {

@@ -18,7 +18,9 @@
 // range    64 clients, single-key Range of the loaded keys, linearizable then serializable.
 // prefix   BENCH_PREFIX_KEYS (10k) keys `pfx/NNNNN` are written first (untimed); then 64 clients
 //          range the prefix `pfx/` with limit 100, linearizable (etcd 3.4 walks every key of
-//          the range to count it; each answer must hold 100 keys).
+//          the range to count it; each answer must hold 100 keys). With BENCH_ROUNDS every
+//          round writes them again: round 1 ranges over fresh keys, later rounds over keys
+//          with history (etcd 3.4 ranged both alike here: 1007, 1045, 1091, 1013 per s).
 // listall  64 clients put (as put64) for BENCH_SECS alone, then BENCH_SECS more while one more
 //          client reads every key of the keys workload (`load-`, no limit, serializable) in a
 //          loop, as an unpaginated Kubernetes LIST does: put p99 beside the lists / alone, and
@@ -50,6 +52,10 @@
 //          before and after tells whether a leader election happened meanwhile. Then the same
 //          puts again (untimed) and, with no load, one Compact(physical=true) of everything
 //          since: its CPU per compacted revision ("compaction alone").
+//
+// BENCH_ROUNDS=n runs the repeatable workloads (not keys, db, compact) n times each, alternating
+// which server goes first, and prints medians; the extra rounds write more before `db` and
+// `compact`, so their end-of-run rows differ from a one-round run's.
 //
 // Server CPU per op: utime+stime of the server process(es) from /proc/<pid>/stat (summed over
 // the members of a cluster), read before and after each workload, divided by its operations
@@ -446,12 +452,12 @@ impl Table {
             return;
         };
         for (i, (label, _, target)) in labels.rows.iter().enumerate() {
-            let per_round = |x: &Measured| x.rows.get(i).map(|r| r.1).unwrap_or(0.0);
+            let per_round = |x: &Measured| x.rows.get(i).map(|r| r.1);
             self.rows.push(Row::of(label, target, m, per_round));
         }
         if let Some(labels) = all.clone().max_by_key(|x| x.cpu.len()) {
             for (i, (label, _)) in labels.cpu.iter().enumerate() {
-                let per_round = |x: &Measured| x.cpu.get(i).map(|r| r.1).unwrap_or(0.0);
+                let per_round = |x: &Measured| x.cpu.get(i).map(|r| r.1);
                 self.cpu.push(Row::of(label, "≤ 0.5", m, per_round));
             }
         }
@@ -461,7 +467,7 @@ impl Table {
             if errors > 0 {
                 let first = rounds.iter().find_map(|x| x.first_error.as_deref());
                 self.errors.push(format!(
-                    "{workload} on {}: {errors} failed requests, first: {}",
+                    "{workload} on {}: {errors} failed requests (all rounds), first: {}",
                     col.heading,
                     first.unwrap_or("?")
                 ));
@@ -471,6 +477,11 @@ impl Table {
 
     pub fn print(&self, title: &str) {
         println!("{title}");
+        let rounds = self
+            .rows
+            .iter()
+            .chain(&self.cpu)
+            .any(|r| r.spread.iter().any(Option::is_some));
         let line = |r: &Row| {
             let mut out = format!("{:<54}", r.label);
             for x in &r.values {
@@ -482,8 +493,11 @@ impl Table {
                 out.push_str(&format!(" {ratio:>9.2}"));
             }
             out.push_str(&format!(" {:>8}", r.target));
-            for (lo, hi) in r.spread.iter().flatten() {
-                out.push_str(&format!(" {lo:>5.2}-{hi:.2}"));
+            if rounds {
+                for s in &r.spread {
+                    let s = s.map_or("-".to_string(), |(lo, hi)| format!("{lo:.2}-{hi:.2}"));
+                    out.push_str(&format!(" {s:>11}"));
+                }
             }
             println!("{out}");
         };
@@ -495,13 +509,10 @@ impl Table {
             head.push_str(&format!(" {:>9}", format!("{}/etcd", c.tag)));
         }
         head.push_str(&format!(" {:>8}", "target"));
-        if self
-            .rows
-            .iter()
-            .chain(&self.cpu)
-            .any(|r| r.spread.iter().any(Option::is_some))
-        {
-            head.push_str("  rounds' ratios");
+        if rounds {
+            for c in self.columns.iter().skip(1) {
+                head.push_str(&format!(" {:>11}", format!("{} rounds", c.tag)));
+            }
         }
         println!("{head}");
         for r in &self.rows {
@@ -529,13 +540,14 @@ impl Row {
         label: &str,
         target: &'static str,
         m: &[Vec<Measured>],
-        value: impl Fn(&Measured) -> f64,
+        value: impl Fn(&Measured) -> Option<f64>,
     ) -> Row {
+        // A round without the row (none today) is left out rather than counted as zero.
         let values = m
             .iter()
-            .map(|rounds| median(rounds.iter().map(&value).collect()))
+            .map(|rounds| median(rounds.iter().filter_map(&value).collect()))
             .collect();
-        let base: Vec<f64> = m
+        let base: Vec<Option<f64>> = m
             .first()
             .map(|r| r.iter().map(&value).collect())
             .unwrap_or_default();
@@ -546,8 +558,7 @@ impl Row {
                 let ratios: Vec<f64> = rounds
                     .iter()
                     .zip(&base)
-                    .filter(|&(_, &b)| b > 0.0)
-                    .map(|(x, b)| value(x) / b)
+                    .filter_map(|(x, b)| Some(value(x)? / b.filter(|&b| b > 0.0)?))
                     .collect();
                 let lo = ratios.iter().copied().reduce(f64::min)?;
                 let hi = ratios.iter().copied().reduce(f64::max)?;

@@ -162,7 +162,7 @@ fn produce(
         cursor = next;
         if more {
             // The answer is complete; only the count needs the rest of the range.
-            count += view.count(KeyRange::new(&cursor, &r.range_end), at);
+            count += view.count(KeyRange::new(&cursor, &r.range_end), at)?;
             break;
         }
     }

@@ -550,6 +550,80 @@ mod tests {
         }
     }
 
+    /// A history rebuilt at start from what the backend holds (`restore` of each put with its
+    /// stored creation and version, then the deletes), after compactions that finished or
+    /// stopped half-way (revisions deleted oldest first, the kept one never), reads as the
+    /// history it was rebuilt from at every revision from the compaction point on.
+    #[test]
+    fn a_history_rebuilt_from_a_compacted_backend_reads_as_the_original() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..2000 {
+            let mut k = KeyIndex::new();
+            let mut events: Vec<(i64, bool)> = Vec::new();
+            // (main, Some((created, version)) for a put, None for a delete)
+            let mut backend: Vec<(i64, Option<(i64, i64)>)> = Vec::new();
+            let mut alive: Option<(i64, i64)> = None;
+            let (mut rev, mut compacted) = (0i64, 0i64);
+            for _ in 0..(5 + next() % 25) {
+                rev += 1 + (next() % 3) as i64;
+                match next() % 6 {
+                    0..=2 => {
+                        k.put(r(rev));
+                        events.push((rev, true));
+                        alive = Some(alive.map_or((rev, 1), |(c, v)| (c, v + 1)));
+                        backend.push((rev, alive));
+                    }
+                    3 => {
+                        assert_eq!(k.tombstone(r(rev)), alive.is_some());
+                        if alive.take().is_some() {
+                            events.push((rev, false));
+                            backend.push((rev, None));
+                        }
+                    }
+                    _ => {
+                        let at = compacted + (next() % (rev - compacted + 1) as u64) as i64;
+                        let kept = k.compact(at).kept;
+                        compacted = at;
+                        let done_up_to = if next() % 3 == 0 {
+                            (next() % (at as u64 + 1)) as i64
+                        } else {
+                            at
+                        };
+                        backend.retain(|&(m, _)| m > done_up_to || Some(r(m)) == kept);
+                    }
+                }
+                for resumed in [false, true] {
+                    let mut b = KeyIndex::new();
+                    for &(m, put) in &backend {
+                        match put {
+                            Some((created, version)) => b.restore(r(m), created, version),
+                            None => {
+                                b.tombstone(r(m));
+                            }
+                        }
+                    }
+                    // A compaction left half-way is finished after the restart.
+                    if resumed && compacted > 0 {
+                        b.compact(compacted);
+                    }
+                    for at in compacted..=rev + 1 {
+                        let want = model_get(&events, at);
+                        let msg = format!("at {at}, events {events:?}, backend {backend:?}");
+                        assert_eq!(b.get(at), want, "{msg}");
+                        assert_eq!(b.alive_at(at), want.is_some(), "{msg}");
+                    }
+                    assert_eq!(b.is_alive(), alive.is_some());
+                }
+            }
+        }
+    }
+
     fn model_get(events: &[(i64, bool)], at: i64) -> Option<KeyAt> {
         let mut state: Option<KeyAt> = None;
         for &(main, put) in events.iter().filter(|e| e.0 <= at) {

@@ -865,10 +865,13 @@ impl ReadView<'_> {
         self.store.load_values(picked, at)
     }
 
-    /// How many keys of `range` are alive at `at` (0 = the view's revision).
-    pub fn count(&self, range: KeyRange<'_>, at: i64) -> usize {
+    /// How many keys of `range` are alive at `at` (0 = the view's revision); `Compacted` when
+    /// a compaction passed `at` since the pages were picked (the index no longer knows).
+    pub fn count(&self, range: KeyRange<'_>, at: i64) -> Result<usize> {
         let at = if at <= 0 { self.rev } else { at };
-        self.store.state().index.count(range, at)
+        let st = self.store.state();
+        check_at(&st, at, self.rev)?;
+        Ok(st.index.count(range, at))
     }
 }
 

@@ -497,17 +497,21 @@ mod tests {
         assert_eq!(k.all_revisions(), vec![r(7), r(8), r(9), r(10)]);
     }
 
-    /// A naive model: the full event list, read by scanning. Random puts, deletes and
-    /// compactions; every read at or after the last compaction point must agree.
-    #[test]
-    fn agrees_with_a_naive_model_under_random_histories() {
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
+    /// A seeded xorshift generator: the random histories repeat from run to run.
+    fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+        move || {
             seed ^= seed << 13;
             seed ^= seed >> 7;
             seed ^= seed << 17;
             seed
-        };
+        }
+    }
+
+    /// A naive model: the full event list, read by scanning. Random puts, deletes and
+    /// compactions; every read at or after the last compaction point must agree.
+    #[test]
+    fn agrees_with_a_naive_model_under_random_histories() {
+        let mut next = xorshift(0x2545_f491_4f6c_dd1du64);
         for _ in 0..300 {
             let mut k = KeyIndex::new();
             let mut events: Vec<(i64, bool)> = Vec::new(); // (main, is_put)
@@ -556,13 +560,7 @@ mod tests {
     /// history it was rebuilt from at every revision from the compaction point on.
     #[test]
     fn a_history_rebuilt_from_a_compacted_backend_reads_as_the_original() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15u64);
         for _ in 0..2000 {
             let mut k = KeyIndex::new();
             let mut events: Vec<(i64, bool)> = Vec::new();
@@ -590,7 +588,7 @@ mod tests {
                         let at = compacted + (next() % (rev - compacted + 1) as u64) as i64;
                         let kept = k.compact(at).kept;
                         compacted = at;
-                        let done_up_to = if next() % 3 == 0 {
+                        let done_up_to = if next().is_multiple_of(3) {
                             (next() % (at as u64 + 1)) as i64
                         } else {
                             at

@@ -272,7 +272,7 @@ fn watcher_with_the_dispatcher_asleep(
 /// the batch is handed out, in order, once it lets go.
 #[test]
 fn a_batch_holding_the_dispatchers_wake_gets_all_its_revisions_handed_out_after_it() {
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
     let dir = tempfile::tempdir().unwrap();
     let s = open(&dir.path().join("db"));
     let (hub, stream, from) = watcher_with_the_dispatcher_asleep(&s);
@@ -291,21 +291,13 @@ fn a_batch_holding_the_dispatchers_wake_gets_all_its_revisions_handed_out_after_
         "revisions handed out while the batch held the wake"
     );
     drop(held);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut revs = Vec::new();
-    while revs.len() < 3 {
-        assert!(Instant::now() < deadline, "handed out only {revs:?}");
-        revs.extend(hub.take(&stream).deliveries.iter().map(|d| d.rev));
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert_eq!(revs, vec![from, from + 1, from + 2]);
+    assert_eq!(handed_out(&hub, &stream, 3), vec![from, from + 1, from + 2]);
 }
 
 /// A hold does not keep a long batch's revisions from the dispatcher: past a bound (256
 /// revisions, a sixteenth of the recent events the store keeps) it is woken all the same.
 #[test]
 fn a_long_batch_holding_the_wake_still_wakes_the_dispatcher() {
-    use std::time::{Duration, Instant};
     let dir = tempfile::tempdir().unwrap();
     let s = open(&dir.path().join("db"));
     let (hub, stream, _) = watcher_with_the_dispatcher_asleep(&s);
@@ -315,16 +307,28 @@ fn a_long_batch_holding_the_wake_still_wakes_the_dispatcher() {
         w.put(b"k", b"v", 0).unwrap();
         w.end(i + 1, 1).unwrap();
     }
+    handed_out(&hub, &stream, 256);
+}
+
+/// The revisions handed out to `stream`, taken until there are at least `n` (10 s at most).
+fn handed_out(
+    hub: &etcd::mvcc::watch_hub::WatchHub,
+    stream: &etcd::mvcc::watch_hub::StreamHandle,
+    n: usize,
+) -> Vec<i64> {
+    use std::time::{Duration, Instant};
     let deadline = Instant::now() + Duration::from_secs(10);
-    let mut handed = 0;
-    while handed < 256 {
+    let mut revs = Vec::new();
+    while revs.len() < n {
         assert!(
             Instant::now() < deadline,
-            "only {handed} of 300 revisions handed out during the hold"
+            "only {} of {n} revisions handed out: {revs:?}",
+            revs.len()
         );
-        handed += hub.take(&stream).deliveries.len();
+        revs.extend(hub.take(stream).deliveries.iter().map(|d| d.rev));
         std::thread::sleep(Duration::from_millis(10));
     }
+    revs
 }
 
 /// Reads the db file of a real etcd 3.4 and sees exactly what its etcdctl sees.

@@ -95,22 +95,27 @@ impl Index {
     /// Calls `f(key, state)` for each key of `range` alive at revision `at`, in key order,
     /// until `f` returns false.
     pub fn visit(&self, range: KeyRange<'_>, at: i64, mut f: impl FnMut(&[u8], KeyAt) -> bool) {
-        if range.is_single() {
-            if let Some(s) = self.get(range.key, at) {
-                f(range.key, s);
-            }
-            return;
-        }
-        if range.is_empty_range() {
-            return;
-        }
-        for (k, ki) in self.keys.range::<[u8], _>(range.bounds()) {
+        for (k, ki) in self.histories(range) {
             if let Some(s) = ki.get(at)
                 && !f(k, s)
             {
                 return;
             }
         }
+    }
+
+    /// The histories of the keys of `range`, in key order.
+    fn histories(&self, range: KeyRange<'_>) -> impl Iterator<Item = (&[u8], &KeyIndex)> {
+        let (one, span) = if range.is_single() {
+            (self.keys.get_key_value(range.key), None)
+        } else if range.is_empty_range() {
+            (None, None)
+        } else {
+            (None, Some(self.keys.range::<[u8], _>(range.bounds())))
+        };
+        one.into_iter()
+            .chain(span.into_iter().flatten())
+            .map(|(k, ki)| (&**k, ki))
     }
 
     /// The keys of `range` alive at `at` with their state, at most `limit` (0 = no limit).
@@ -125,14 +130,7 @@ impl Index {
 
     /// How many keys of `range` are alive at `at`.
     pub fn count(&self, range: KeyRange<'_>, at: i64) -> usize {
-        if range.is_single() {
-            return usize::from(self.get(range.key, at).is_some());
-        }
-        if range.is_empty_range() {
-            return 0;
-        }
-        self.keys
-            .range::<[u8], _>(range.bounds())
+        self.histories(range)
             .filter(|(_, ki)| ki.alive_at(at))
             .count()
     }

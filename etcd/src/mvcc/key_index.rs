@@ -100,6 +100,14 @@ fn created_rev(first: Revision, created: i64) -> Revision {
     }
 }
 
+/// Changes the generations as a Vec (a new generation, a compaction: both rare), boxed again
+/// exactly as long as they are.
+fn edit(gens: &mut Box<[Generation]>, f: impl FnOnce(&mut Vec<Generation>)) {
+    let mut v = std::mem::take(gens).into_vec();
+    f(&mut v);
+    *gens = v.into_boxed_slice();
+}
+
 impl KeyIndex {
     pub fn new() -> KeyIndex {
         KeyIndex::default()
@@ -169,17 +177,14 @@ impl KeyIndex {
         *latest = rev.main;
         match gens.last_mut() {
             Some(g) if g.tombstone.is_none() => g.revs.push(rev),
-            _ => {
-                // A new generation (after a delete) is rare: the slice is rebuilt.
-                let mut v = std::mem::take(gens).into_vec();
+            _ => edit(gens, |v| {
                 v.push(Generation {
                     created: created_rev(rev, create_revision),
                     first_version: version.max(1),
                     revs: vec![rev],
                     tombstone: None,
-                });
-                *gens = v.into_boxed_slice();
-            }
+                })
+            }),
         }
     }
 
@@ -254,24 +259,14 @@ impl KeyIndex {
         None
     }
 
-    /// Whether the key exists as of revision `at`: `get(at).is_some()` for any `at` at or after
-    /// the last compaction (the only reads the store lets through), without reading the
-    /// revisions themselves, which sit behind a second pointer (a count visits every key).
+    /// Whether the key exists as of revision `at` (`get(at).is_some()`): at or after the
+    /// latest change, as a count at the current revision asks for every key, without reading
+    /// the generations behind their pointer.
     pub fn alive_at(&self, at: i64) -> bool {
-        let gens = match &self.repr {
-            Repr::One { modified, .. } => return modified.main <= at,
-            Repr::Gens { latest, .. } if *latest != 0 && at >= latest.abs() => return *latest > 0,
-            Repr::Gens { gens, .. } => gens,
-        };
-        // A generation's creation is at or before its first revision left, which a compaction
-        // at or before `at` keeps at or before `at`.
-        for g in gens.iter().rev() {
-            if g.revs.is_empty() || g.created.main > at {
-                continue;
-            }
-            return g.tombstone.is_none_or(|t| t.main > at);
+        match &self.repr {
+            Repr::Gens { latest, .. } if *latest != 0 && at >= latest.abs() => *latest > 0,
+            _ => self.get(at).is_some(),
         }
-        false
     }
 
     /// Every revision (puts and the delete) with main ≥ `since`, ascending: what a watcher
@@ -309,24 +304,24 @@ impl KeyIndex {
         }
         let mut kept = None;
         let (gens, latest) = self.gens_mut();
-        let mut v = std::mem::take(gens).into_vec();
-        v.retain_mut(|g| {
-            if g.tombstone.is_some_and(|t| t.main <= at) {
-                return false;
-            }
-            let n = g.revs.partition_point(|r| r.main <= at);
-            if n > 0 {
-                kept = Some(g.revs[n - 1]);
-                g.revs.drain(..n - 1);
-                g.first_version += n as i64 - 1;
-            }
-            true
+        edit(gens, |v| {
+            v.retain_mut(|g| {
+                if g.tombstone.is_some_and(|t| t.main <= at) {
+                    return false;
+                }
+                let n = g.revs.partition_point(|r| r.main <= at);
+                if n > 0 {
+                    kept = Some(g.revs[n - 1]);
+                    g.revs.drain(..n - 1);
+                    g.first_version += n as i64 - 1;
+                }
+                true
+            });
         });
-        let empty = v.is_empty();
+        let empty = gens.is_empty();
         if empty {
             *latest = 0;
         }
-        *gens = v.into_boxed_slice();
         self.shrink();
         Compacted { kept, empty }
     }

@@ -63,7 +63,9 @@
 // beyond what the puts sent meanwhile cost at the load's CPU per put before it, per compacted
 // revision; "compaction alone" is a second history of as many revisions compacted with no load,
 // its CPU per compacted revision). The load generator runs on the same machine and shares the
-// cores of the servers.
+// cores of the servers: its own CPU per op (this process's utime+stime) is printed too, for the
+// throughput workloads and watch. Where both sides are CPU-bound a throughput ratio is bounded
+// by (etcd's server CPU + load CPU) / (ours + load CPU) per op, however cheap ours gets.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -172,26 +174,10 @@ pub struct Target {
 impl Target {
     /// CPU seconds (user + system) the server processes have used so far.
     fn cpu_secs(&self) -> f64 {
-        // Safety: sysconf has no preconditions.
-        let tck = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-        let ticks: u64 = self
-            .pids
+        self.pids
             .iter()
-            .map(|pid| {
-                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-                // Fields after the command name, which ends with the last ')': state is
-                // field 3, utime 14 and stime 15.
-                let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-                let f: Vec<u64> = rest
-                    .split_whitespace()
-                    .skip(11)
-                    .take(2)
-                    .filter_map(|v| v.parse().ok())
-                    .collect();
-                f.iter().sum::<u64>()
-            })
-            .sum();
-        ticks as f64 / tck
+            .map(|pid| proc_cpu_secs(&pid.to_string()))
+            .sum()
     }
 
     /// Sum over the members of their peak resident memory (VmHWM), KiB.
@@ -346,6 +332,8 @@ pub struct Measured {
     rows: Vec<(String, f64, &'static str)>,
     /// Server CPU µs per op: (label, value).
     cpu: Vec<(String, f64)>,
+    /// The load generator's own CPU µs per op (it shares the cores with the server).
+    load: Vec<(String, f64)>,
     errors: u64,
     first_error: Option<String>,
 }
@@ -357,6 +345,10 @@ impl Measured {
 
     fn cpu(&mut self, label: impl Into<String>, us_per_op: f64) {
         self.cpu.push((label.into(), us_per_op));
+    }
+
+    fn load(&mut self, label: impl Into<String>, us_per_op: f64) {
+        self.load.push((label.into(), us_per_op));
     }
 
     fn error(&mut self, n: u64, first: Option<String>) {
@@ -399,6 +391,7 @@ pub struct Table {
     columns: Vec<Column>,
     rows: Vec<Row>,
     cpu: Vec<Row>,
+    load: Vec<Row>,
     errors: Vec<String>,
 }
 
@@ -431,6 +424,7 @@ impl Table {
             columns: columns.into_iter().collect(),
             rows: Vec::new(),
             cpu: Vec::new(),
+            load: Vec::new(),
             errors: Vec::new(),
         }
     }
@@ -459,6 +453,12 @@ impl Table {
             for (i, (label, _)) in labels.cpu.iter().enumerate() {
                 let per_round = |x: &Measured| x.cpu.get(i).map(|r| r.1);
                 self.cpu.push(Row::of(label, "≤ 0.5", m, per_round));
+            }
+        }
+        if let Some(labels) = all.clone().max_by_key(|x| x.load.len()) {
+            for (i, (label, _)) in labels.load.iter().enumerate() {
+                let per_round = |x: &Measured| x.load.get(i).map(|r| r.1);
+                self.load.push(Row::of(label, "", m, per_round));
             }
         }
         for (k, col) in self.columns.iter().enumerate() {
@@ -526,6 +526,14 @@ impl Table {
         println!("server CPU µs per op (utime+stime{members})");
         for r in &self.cpu {
             line(r);
+        }
+        if !self.load.is_empty() {
+            // Its clients run on the same cores: where both sides are CPU-bound, a throughput
+            // ratio cannot exceed (etcd's server + load CPU) / (ours + load CPU) per op.
+            println!("load generator CPU µs per op (the bench process itself, same cores)");
+            for r in &self.load {
+                line(r);
+            }
         }
         for e in &self.errors {
             println!("errors: {e}");
@@ -715,6 +723,7 @@ async fn workload(w: &str, t: &Target, cfg: &Config, cluster: bool) -> Measured 
             .await;
             m.rows.extend(s.rows);
             m.cpu.extend(s.cpu);
+            m.load.extend(s.load);
             m.error(s.errors, s.first_error);
             m
         }
@@ -984,6 +993,29 @@ fn status(e: tonic::Status) -> String {
     format!("{}: {}", e.code(), e.message())
 }
 
+/// CPU seconds (user + system) process `pid` ("self" for this one) has used so far, from
+/// /proc/<pid>/stat; 0 when it cannot be read.
+fn proc_cpu_secs(pid: &str) -> f64 {
+    // Safety: sysconf has no preconditions.
+    let tck = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name, which ends with the last ')': state is field 3, utime
+    // 14 and stime 15.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let ticks: u64 = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|v| v.parse::<u64>().ok())
+        .sum();
+    ticks as f64 / tck
+}
+
+/// CPU seconds the load generator (this process: its clients, not the servers) has used.
+fn loadgen_cpu_secs() -> f64 {
+    proc_cpu_secs("self")
+}
+
 fn cpu_us_per_op(cpu_secs: f64, ops: u64) -> f64 {
     if ops == 0 {
         0.0
@@ -1013,12 +1045,14 @@ async fn throughput(
     target: &'static str,
 ) -> Measured {
     let pool = Pool::for_clients(&t.urls, clients).await;
-    let cpu0 = t.cpu_secs();
+    let (cpu0, load0) = (t.cpu_secs(), loadgen_cpu_secs());
     let r = timed_loop(&pool, clients, op, cfg.secs).await;
     let cpu = t.cpu_secs() - cpu0;
+    let load = loadgen_cpu_secs() - load0;
     let mut m = Measured::default();
     m.row(label, r.rate(), target);
     m.cpu(label, cpu_us_per_op(cpu, r.ops));
+    m.load(label, cpu_us_per_op(load, r.ops));
     m.absorb(&r);
     m
 }
@@ -1271,7 +1305,7 @@ async fn watch_fanout(t: &Target, cfg: &Config, progress_every: Option<Duration>
         let _ = ready_rx.recv().await;
     }
     let writers = Pool::for_clients(&t.urls, WRITERS).await;
-    let cpu0 = t.cpu_secs();
+    let (cpu0, load0) = (t.cpu_secs(), loadgen_cpu_secs());
     let first_put = Instant::now();
     let puts = fill(&writers, WRITERS, p, key, Some((base, sent))).await;
     let mut m = Measured::default();
@@ -1292,6 +1326,7 @@ async fn watch_fanout(t: &Target, cfg: &Config, progress_every: Option<Duration>
         }
     }
     let cpu = t.cpu_secs() - cpu0;
+    let load = loadgen_cpu_secs() - load0;
     if disorder > 0 {
         m.error(disorder, Some(format!("{disorder} events out of order")));
     }
@@ -1319,6 +1354,7 @@ async fn watch_fanout(t: &Target, cfg: &Config, progress_every: Option<Duration>
         m.row("watch delivery ms p50", percentile(&lat, 0.5), "");
         m.row("watch delivery ms p99", percentile(&lat, 0.99), "≤ 0.7");
         m.cpu("watch, per event delivered", cpu_us_per_op(cpu, events));
+        m.load("watch, per event delivered", cpu_us_per_op(load, events));
         return m;
     }
     let progress_ms = sorted(progress_ms);

@@ -3,7 +3,7 @@
 # the same run, since absolute numbers drift on shared machines.
 # Usage: scripts/bench.sh [wal|backend|raft|server|datascale|cluster|scale|etcdutl|all]
 # server/cluster sizes: BENCH_SECS BENCH_KEYS BENCH_PREFIX_KEYS BENCH_WATCHERS BENCH_WATCH_KEYS
-# BENCH_WATCH_PUTS BENCH_WATCHERS_PER_STREAM BENCH_COMPACT_REVS (1000000: the issue's million),
+# BENCH_WATCH_PUTS BENCH_WATCHERS_PER_STREAM BENCH_PROGRESS_SECS BENCH_COMPACT_REVS (1000000: the issue's million),
 # BENCH_ONLY=etcd|ours, BENCH_WORKLOADS=keys,put1,..., BENCH_ROUNDS=n (medians of n rounds); cluster: BENCH_AT_LEADER=1, BENCH_MIXED=1|all (see
 # docs/ARCHITECTURE.md "Benchmarks"). Quick: BENCH_SECS=2 BENCH_KEYS=20000 BENCH_COMPACT_REVS=20000
 # scale (issue 19's 1M random puts, memory and restart): BENCH_SCALE_PUTS BENCH_SCALE_KEYS, BENCH_ONLY,

@@ -37,7 +37,9 @@
 //          every 100 ms once its watches are created: events/s as above, and the progress
 //          latency, from the oldest request not yet answered to the progress answer (one answer
 //          covers every request before it; etcd 3.4 drops a request that finds a watcher
-//          unsynced, so requests answered is a row too).
+//          unsynced, so requests answered is a row too). It stops BENCH_PROGRESS_SECS (60)
+//          after its first put (etcd 3.4 once took > 12 minutes for a round) and counts what
+//          was delivered by then; a row says how many streams the limit stopped.
 // db       end of run: db file and pages in use per revision written (the faster server wrote
 //          more revisions in the timed loads), and the peak RSS so far.
 // compact  every key is deleted and the history so far compacted (untimed); BENCH_COMPACT_REVS
@@ -110,6 +112,8 @@ pub struct Config {
     pub watch_keys: usize,
     pub watch_puts: usize,
     pub watchers_per_stream: usize,
+    /// The progress workload's time limit from its first put.
+    pub progress_secs: f64,
     /// Rounds of each repeatable workload (BENCH_ROUNDS): the table shows medians.
     pub rounds: usize,
     pub compact_revs: usize,
@@ -128,6 +132,7 @@ impl Config {
             watch_keys: env::<usize>("BENCH_WATCH_KEYS", 100).max(1),
             watch_puts: env("BENCH_WATCH_PUTS", 8000),
             watchers_per_stream: env::<usize>("BENCH_WATCHERS_PER_STREAM", 1).max(1),
+            progress_secs: env("BENCH_PROGRESS_SECS", 60.0),
             rounds: env::<usize>("BENCH_ROUNDS", 1).max(1),
             compact_revs: env("BENCH_COMPACT_REVS", 100_000),
             only: std::env::var("BENCH_ONLY").ok(),
@@ -1132,12 +1137,15 @@ struct StreamResult {
     last: Option<Instant>,
     out_of_order: u64,
     error: Option<String>,
+    /// Stopped by the workload's time limit before it had every event.
+    stopped: bool,
 }
 
 /// One watch stream carrying a watch on each of `keys`, until it has `expect` events (or has
 /// been idle for 30 s). Sends one message on `ready` once every watch is created or it failed.
 /// With `progress_every`, a progress request goes on the stream that often once every watch
-/// is created.
+/// is created. It stops early once `stop` turns true.
+#[allow(clippy::too_many_arguments)]
 async fn watch_stream(
     chan: Channel,
     keys: Vec<Vec<u8>>,
@@ -1146,6 +1154,7 @@ async fn watch_stream(
     sent: Arc<Vec<AtomicU64>>,
     ready: tokio::sync::mpsc::Sender<()>,
     progress_every: Option<Duration>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> StreamResult {
     let mut r = StreamResult::default();
     let (tx, rx) = tokio::sync::mpsc::channel(keys.len() + 1);
@@ -1180,7 +1189,14 @@ async fn watch_stream(
     let asked = Arc::new(AtomicU64::new(0));
     let mut asker: Option<tokio::task::JoinHandle<()>> = None;
     while r.events < expect {
-        let msg = match tokio::time::timeout(Duration::from_secs(30), stream.message()).await {
+        let next = tokio::select! {
+            next = tokio::time::timeout(Duration::from_secs(30), stream.message()) => next,
+            _ = stop.wait_for(|s| *s) => {
+                r.stopped = true;
+                break;
+            }
+        };
+        let msg = match next {
             Err(_) => Err("no watch response for 30 s".to_string()),
             Ok(Err(e)) => Err(format!("watch: {}", status(e))),
             Ok(Ok(None)) => Err("watch stream ended".to_string()),
@@ -1283,6 +1299,11 @@ async fn watch_fanout(t: &Target, cfg: &Config, progress_every: Option<Duration>
     let sent: Arc<Vec<AtomicU64>> = Arc::new((0..p).map(|_| AtomicU64::new(0)).collect());
     let streams = w.div_ceil(cfg.watchers_per_stream);
     let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel(streams.max(1));
+    // With progress requests etcd 3.4 can take minutes for the puts and their events (a round
+    // stalled > 12 minutes once): that workload stops at BENCH_PROGRESS_SECS after the first
+    // put and counts what was delivered by then.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let limit = progress_every.map(|_| Duration::from_secs_f64(cfg.progress_secs));
     let mut tasks = Vec::new();
     let mut expected = 0;
     for s in 0..streams {
@@ -1298,6 +1319,7 @@ async fn watch_fanout(t: &Target, cfg: &Config, progress_every: Option<Duration>
             sent.clone(),
             ready_tx.clone(),
             progress_every,
+            stop_rx.clone(),
         )));
     }
     drop(ready_tx);
@@ -1307,9 +1329,22 @@ async fn watch_fanout(t: &Target, cfg: &Config, progress_every: Option<Duration>
     let writers = Pool::for_clients(&t.urls, WRITERS).await;
     let (cpu0, load0) = (t.cpu_secs(), loadgen_cpu_secs());
     let first_put = Instant::now();
-    let puts = fill(&writers, WRITERS, p, key, Some((base, sent))).await;
     let mut m = Measured::default();
-    m.absorb(&puts);
+    let puts = fill(&writers, WRITERS, p, key, Some((base, sent)));
+    match limit {
+        None => m.absorb(&puts.await),
+        Some(limit) => match tokio::time::timeout(limit, puts).await {
+            Ok(puts) => m.absorb(&puts),
+            Err(_) => m.error(1, Some(format!("puts not done in {} s", limit.as_secs()))),
+        },
+    }
+    if let Some(limit) = limit {
+        tokio::spawn(async move {
+            tokio::time::sleep_until((first_put + limit).into()).await;
+            let _ = stop_tx.send(true);
+        });
+    }
+    let mut stopped = 0;
     let (mut events, mut lat, mut last, mut disorder) = (0, Vec::new(), first_put, 0);
     let (mut asked, mut answered, mut progress_ms) = (0, 0, Vec::new());
     for t in tasks {
@@ -1321,6 +1356,7 @@ async fn watch_fanout(t: &Target, cfg: &Config, progress_every: Option<Duration>
         lat.extend(r.lat_ms);
         last = last.max(r.last.unwrap_or(first_put));
         disorder += r.out_of_order;
+        stopped += u64::from(r.stopped);
         if let Some(e) = r.error {
             m.error(1, Some(e));
         }
@@ -1363,6 +1399,7 @@ async fn watch_fanout(t: &Target, cfg: &Config, progress_every: Option<Duration>
         percentile(&lat, 0.99),
         "",
     );
+    m.row("  streams stopped at the time limit", stopped as f64, "");
     m.row("  progress requests sent", asked as f64, "");
     m.row("  progress answers received", answered as f64, "");
     m.row(

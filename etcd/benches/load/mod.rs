@@ -1333,16 +1333,17 @@ async fn watch_fanout(t: &Target, cfg: &Config, progress_every: Option<Duration>
     let puts = fill(&writers, WRITERS, p, key, Some((base, sent)));
     match limit {
         None => m.absorb(&puts.await),
-        Some(limit) => match tokio::time::timeout(limit, puts).await {
-            Ok(puts) => m.absorb(&puts),
-            Err(_) => m.error(1, Some(format!("puts not done in {} s", limit.as_secs()))),
-        },
-    }
-    if let Some(limit) = limit {
-        tokio::spawn(async move {
-            tokio::time::sleep_until((first_put + limit).into()).await;
-            let _ = stop_tx.send(true);
-        });
+        Some(limit) => {
+            let deadline = (first_put + limit).into();
+            tokio::spawn(async move {
+                tokio::time::sleep_until(deadline).await;
+                let _ = stop_tx.send(true);
+            });
+            match tokio::time::timeout_at(deadline, puts).await {
+                Ok(puts) => m.absorb(&puts),
+                Err(_) => m.error(1, Some(format!("puts not done in {} s", limit.as_secs()))),
+            }
+        }
     }
     let mut stopped = 0;
     let (mut events, mut lat, mut last, mut disorder) = (0, Vec::new(), first_put, 0);

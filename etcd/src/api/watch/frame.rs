@@ -183,6 +183,7 @@ where
         }
         let inner = self.inner.clone();
         let max = self.max_decoding_message_size;
+        let mut codec = tonic_prost::ProstCodec::<WatchFrame, WatchRequest>::default();
         // A compressed request stream (no etcd client sends one) goes through tonic's own
         // handling, which refuses it as etcd does; everything else is answered by FrameBody.
         if req
@@ -191,14 +192,12 @@ where
             .is_some_and(|v| v.as_bytes() != b"identity")
         {
             return Box::pin(async move {
-                let codec = tonic_prost::ProstCodec::<WatchFrame, WatchRequest>::default();
                 let mut grpc =
                     tonic::server::Grpc::new(codec).apply_max_message_size_config(max, None);
                 Ok(grpc.streaming(WatchCall(inner), req).await)
             });
         }
         Box::pin(async move {
-            let mut codec = tonic_prost::ProstCodec::<WatchFrame, WatchRequest>::default();
             let req = req.map(|body| {
                 tonic::Streaming::new_request(
                     tonic::codec::Codec::decoder(&mut codec),
@@ -219,7 +218,7 @@ where
             *resp.headers_mut() = metadata.into_headers();
             resp.headers_mut().insert(
                 http::header::CONTENT_TYPE,
-                http::HeaderValue::from_static("application/grpc"),
+                tonic::metadata::GRPC_CONTENT_TYPE,
             );
             *resp.extensions_mut() = extensions;
             Ok(resp)
@@ -253,14 +252,11 @@ fn grpc_message(f: &WatchFrame) -> Result<Bytes, tonic::Status> {
     Ok(Bytes::from(buf))
 }
 
-/// The trailers that end the call with `status`.
+/// The trailers that end the call with `status`. `add_header` writes grpc-status before the
+/// message and details, so a message that cannot be a header value still leaves the code.
 fn status_trailers(status: &tonic::Status) -> http::HeaderMap {
     let mut h = http::HeaderMap::new();
-    if status.add_header(&mut h).is_err() {
-        // A message that cannot be a header value: the code alone.
-        h.clear();
-        let _ = tonic::Status::new(status.code(), "").add_header(&mut h);
-    }
+    let _ = status.add_header(&mut h);
     h
 }
 

@@ -218,7 +218,9 @@ async fn serve_conn<IO>(
             {
                 return grpc.call(req).await;
             }
-            crate::http::handle(ctx, req).await
+            // Boxed: its state (about 2 KB) would otherwise sit in every request's future,
+            // gRPC calls too, and be copied each time hyper spawns a stream.
+            Box::pin(crate::http::handle(ctx, req)).await
         }
     });
     let (io, seen) = FirstBytes::new(io);

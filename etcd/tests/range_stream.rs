@@ -497,16 +497,6 @@ const HUGE_VALUE: usize = 200;
 /// How much the server's heap may grow while it streams the huge range.
 const HUGE_BOUND: u64 = 64 << 20;
 
-/// The server's anonymous (heap) resident memory, in bytes.
-fn rss_anon(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("RssAnon:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
-}
-
 #[test]
 fn a_range_of_a_million_keys_streams_in_bounded_memory() {
     let keys = std::env::var("ETCD_RS_STREAM_KEYS")
@@ -543,7 +533,7 @@ fn a_range_of_a_million_keys_streams_in_bounded_memory() {
         for l in loaders {
             l.await.expect("loader");
         }
-        let before = rss_anon(pid);
+        let before = support::rss_anon_bytes(pid);
         // Sample the heap while the stream is read, a little slowly, as a client busy with
         // what it received would.
         let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -552,7 +542,7 @@ fn a_range_of_a_million_keys_streams_in_bounded_memory() {
             std::thread::spawn(move || {
                 let mut peak = 0;
                 while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                    peak = peak.max(rss_anon(pid));
+                    peak = peak.max(support::rss_anon_bytes(pid));
                     std::thread::sleep(std::time::Duration::from_millis(2));
                 }
                 peak

@@ -115,27 +115,16 @@ fn wal_segments_beyond_max_wals_are_purged_after_snapshots() {
     });
 }
 
-/// The server's anonymous resident memory (heap), bytes.
-fn anon_rss(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .expect("read the server's /proc status")
-        .lines()
-        .find_map(|l| l.strip_prefix("RssAnon:"))
-        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        .expect("RssAnon in kB")
-        * 1024
-}
-
 /// Reads a Maintenance snapshot slowly, from a settled heap: its messages and the server's
 /// heap growth (anonymous RSS over the settled base) at its peak.
 async fn read_snapshot_slowly(
     m: &mut proto::etcdserverpb::maintenance_client::MaintenanceClient<tonic::transport::Channel>,
     pid: u32,
 ) -> (Vec<proto::etcdserverpb::SnapshotResponse>, u64) {
-    let mut base = anon_rss(pid);
+    let mut base = support::rss_anon_bytes(pid);
     for _ in 0..40 {
         tokio::time::sleep(std::time::Duration::from_millis(250)).await;
-        let now = anon_rss(pid);
+        let now = support::rss_anon_bytes(pid);
         let settled = now.abs_diff(base) < 1 << 20;
         base = now;
         if settled {
@@ -155,7 +144,7 @@ async fn read_snapshot_slowly(
         if n % 64 == 0 {
             // Slow reader: the server must wait, not buffer ahead.
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-            peak = peak.max(anon_rss(pid).saturating_sub(base));
+            peak = peak.max(support::rss_anon_bytes(pid).saturating_sub(base));
         }
         blobs.push(msg);
     }

@@ -277,18 +277,6 @@ fn fragment_splits_large_responses_like_etcd() {
     }
 }
 
-/// The server's anonymous resident memory in KiB (not the db file's mapped pages).
-fn rss_kb(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("RssAnon:"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
-        })
-        .unwrap_or(0)
-}
-
 /// Opens a watch on `s/` whose responses nobody reads (yet); returns its stream, the
 /// request sender keeping it open, and the first revision it will report.
 async fn idle_watch(
@@ -368,9 +356,9 @@ fn a_watcher_that_stops_reading_blocks_no_one_and_catches_up_later() {
     let baseline = {
         let s = RealEtcd::start_bin(OURS, &tmp.path().join("baseline"), "w", &[]);
         let pid = s.child.as_ref().expect("child").id();
-        let before = rss_kb(pid);
+        let before = support::rss_anon_bytes(pid);
         rt.block_on(fill(&s.client_url, "s/", 5000, 8192));
-        rss_kb(pid).saturating_sub(before) / 1024
+        support::rss_anon_bytes(pid).saturating_sub(before) >> 20
     };
     let s = RealEtcd::start_bin(OURS, &tmp.path().join("ours"), "w", &[]);
     let url = s.client_url.clone();
@@ -383,7 +371,7 @@ fn a_watcher_that_stops_reading_blocks_no_one_and_catches_up_later() {
             idle.push(idle_watch(&url).await);
         }
         let start_rev = idle[0].2;
-        let before = rss_kb(pid);
+        let before = support::rss_anon_bytes(pid);
         // A reader that keeps up gets everything meanwhile.
         let fast = tokio::spawn({
             let url = url.clone();
@@ -395,7 +383,7 @@ fn a_watcher_that_stops_reading_blocks_no_one_and_catches_up_later() {
             .expect("the fast watcher was held up")
             .expect("fast watcher");
         assert_eq!(revs.len(), 5000);
-        let grown = rss_kb(pid).saturating_sub(before) / 1024;
+        let grown = support::rss_anon_bytes(pid).saturating_sub(before) >> 20;
         assert!(
             grown < baseline + 250,
             "memory grew by {grown} MiB with idle watchers, {baseline} MiB without"

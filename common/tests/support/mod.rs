@@ -289,3 +289,16 @@ impl Drop for HttpsMember {
         let _ = self.child.wait();
     }
 }
+
+/// A process's anonymous resident memory (its heap, not the db file's mapped pages), in bytes.
+/// Panics when /proc cannot tell: a memory bound checked against 0 would pass for nothing.
+pub fn rss_anon_bytes(pid: u32) -> u64 {
+    let path = format!("/proc/{pid}/status");
+    let status = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {path}: {e}"));
+    let kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("RssAnon:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no RssAnon line in {path}"));
+    kib * 1024
+}

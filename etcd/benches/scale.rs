@@ -60,12 +60,7 @@ struct Mem {
 }
 
 fn status_kib(pid: u32, field: &str) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0.0)
+    support::proc_status_kib(pid, field).map_or(0.0, |kib| kib as f64)
 }
 
 /// Sum of `Rss:` over the mappings of files named member/snap/db, KiB.

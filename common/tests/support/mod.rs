@@ -290,15 +290,23 @@ impl Drop for HttpsMember {
     }
 }
 
+/// A field of /proc/<pid>/status given in kB (`field` with its colon: "VmHWM:", "RssAnon:"),
+/// or None when the process or the field is not there.
+pub fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix(field))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// A process's anonymous resident memory (its heap, not the db file's mapped pages), in bytes.
 /// Panics when /proc cannot tell: a memory bound checked against 0 would pass for nothing.
 pub fn rss_anon_bytes(pid: u32) -> u64 {
-    let path = format!("/proc/{pid}/status");
-    let status = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {path}: {e}"));
-    let kib = status
-        .lines()
-        .find_map(|l| l.strip_prefix("RssAnon:"))
-        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        .unwrap_or_else(|| panic!("no RssAnon line in {path}"));
+    let kib = proc_status_kib(pid, "RssAnon:")
+        .unwrap_or_else(|| panic!("no RssAnon in /proc/{pid}/status (has the process exited?)"));
     kib * 1024
 }

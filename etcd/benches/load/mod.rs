@@ -189,16 +189,8 @@ impl Target {
     fn peak_rss_kib(&self) -> f64 {
         self.pids
             .iter()
-            .filter_map(|pid| {
-                std::fs::read_to_string(format!("/proc/{pid}/status"))
-                    .ok()?
-                    .lines()
-                    .find_map(|l| l.strip_prefix("VmHWM:"))?
-                    .split_whitespace()
-                    .next()?
-                    .parse::<f64>()
-                    .ok()
-            })
+            .filter_map(|&pid| crate::support::proc_status_kib(pid, "VmHWM:"))
+            .map(|kib| kib as f64)
             .sum()
     }
 

@@ -264,14 +264,28 @@ impl<S: Storage> RawNode<S> {
     /// take it (or see [`Error::ProposalDropped`]). `Ok` does not mean it will commit: a
     /// caller waits to see it applied.
     pub fn propose(&mut self, data: Vec<u8>) -> Result<()> {
+        self.propose_batch(vec![data])
+    }
+
+    /// Proposes several entries in one step, in order: a leader appends them together and
+    /// sends each follower one append for all of them, a follower forwards them to the leader
+    /// in one message (one proposal per step would cost one append and one answer per entry
+    /// and peer). All of them are taken or, with the same error as `propose`, none.
+    pub fn propose_batch(&mut self, data: Vec<Vec<u8>>) -> Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
         let id = self.raft.id;
         self.raft.step(Message {
             r#type: MessageType::MsgProp as i32,
             from: id,
-            entries: vec![Entry {
-                data: Some(data),
-                ..Entry::default()
-            }],
+            entries: data
+                .into_iter()
+                .map(|d| Entry {
+                    data: Some(d),
+                    ..Entry::default()
+                })
+                .collect(),
             ..Message::default()
         })
     }

@@ -45,6 +45,49 @@ const READ_INDEX_RETRY: Duration = Duration::from_millis(500);
 /// finding work queued gives them a turn at least this often all the same.
 const TRANSPORT_TURN: Duration = Duration::from_millis(1);
 
+/// Client proposals taken in one turn of the loop go to raft as one step of at most this
+/// many bytes (raft's own bound on an append message; a bigger proposal goes alone).
+const PROPOSAL_BATCH_BYTES: usize = 1024 * 1024;
+
+/// Proposals taken in one turn of the loop, proposed together: a leader then sends each
+/// follower one append (and hears one answer) for the batch instead of one per proposal,
+/// and a follower forwards the batch to the leader in one message.
+#[derive(Default)]
+struct ProposalBatch {
+    ids: Vec<u64>,
+    data: Vec<Vec<u8>>,
+    bytes: usize,
+}
+
+impl ProposalBatch {
+    fn push(&mut self, id: u64, data: Vec<u8>) {
+        self.bytes += data.len();
+        self.ids.push(id);
+        self.data.push(data);
+    }
+
+    /// Proposes what is gathered; every waiter hears NO_LEADER if raft refuses it.
+    fn flush(&mut self, node: &mut RawNode<MemStorage>, shared: &Shared, leader_gone: bool) {
+        if self.ids.is_empty() {
+            return;
+        }
+        let data = std::mem::take(&mut self.data);
+        self.bytes = 0;
+        if leader_gone || node.propose_batch(data).is_err() {
+            for id in self.ids.drain(..) {
+                shared.wait.trigger(
+                    id,
+                    apply::Outcome {
+                        result: Err(error::NO_LEADER),
+                        revision: 0,
+                    },
+                );
+            }
+        }
+        self.ids.clear();
+    }
+}
+
 /// Work handed to the raft loop.
 pub enum RaftMsg {
     /// Propose a marshaled InternalRaftRequest whose waiter is registered under `id`.
@@ -146,19 +189,19 @@ impl RaftLoop {
             let mut stop = false;
             // Whether raft follows a removed leader: asked once per batch, not per proposal.
             let leader_gone = self.leader_gone();
+            let mut batch = ProposalBatch::default();
             for m in msgs {
+                if !matches!(m, RaftMsg::Propose { .. }) {
+                    // Whatever came after the batched proposals is handled after them.
+                    batch.flush(&mut self.node, &self.shared, leader_gone);
+                }
                 match m {
                     RaftMsg::Propose { id, data, slot } => {
                         drop(slot);
-                        if leader_gone || self.node.propose(data).is_err() {
-                            self.shared.wait.trigger(
-                                id,
-                                apply::Outcome {
-                                    result: Err(error::NO_LEADER),
-                                    revision: 0,
-                                },
-                            );
+                        if batch.bytes + data.len() > PROPOSAL_BATCH_BYTES {
+                            batch.flush(&mut self.node, &self.shared, leader_gone);
                         }
+                        batch.push(id, data);
                     }
                     RaftMsg::ProposeConfChange(cc) => {
                         if leader_gone || self.node.propose_conf_change(&cc).is_err() {
@@ -204,6 +247,7 @@ impl RaftLoop {
                     RaftMsg::Stop => stop = true,
                 }
             }
+            batch.flush(&mut self.node, &self.shared, leader_gone);
             if stop {
                 break;
             }

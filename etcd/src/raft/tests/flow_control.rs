@@ -133,3 +133,56 @@ fn status_reports_the_leaders_view() {
     assert_eq!(st.progress[&2].state, ProgressState::Replicate);
     assert_eq!(st.progress[&3].state, ProgressState::Probe);
 }
+
+#[test]
+fn a_batch_travels_as_one_message_each_way() {
+    let mut net = super::network::Network::new(&[1, 2, 3]);
+    net.campaign(1);
+    // Settle the followers into replicate state first (their first append is a probe).
+    net.propose(1, b"first").unwrap();
+    let batch: Vec<Vec<u8>> = vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()];
+    net.node(2).propose_batch(batch.clone()).unwrap();
+    let forwarded = net.process_ready(2);
+    let props: Vec<&Message> = forwarded
+        .iter()
+        .filter(|m| m.r#type() == MessageType::MsgProp)
+        .collect();
+    assert_eq!(
+        props.len(),
+        1,
+        "the follower forwards the batch in one message"
+    );
+    assert_eq!((props[0].to, props[0].entries.len()), (1, 3));
+    for m in forwarded {
+        net.node(m.to).step(m).unwrap();
+    }
+    let out = net.process_ready(1);
+    for to in [2, 3] {
+        let apps = apps_to(&out, to);
+        assert_eq!(apps.len(), 1, "one append to {to} for the whole batch");
+        let data: Vec<&[u8]> = apps[0].entries.iter().map(|e| e.data()).collect();
+        assert_eq!(data, [b"a".as_slice(), b"b", b"c"]);
+    }
+    net.send(out);
+    let mut want = vec![b"first".to_vec()];
+    want.extend(batch);
+    for id in [1, 2, 3] {
+        assert_eq!(
+            net.applied_data(id),
+            want,
+            "node {id} applied the batch in order"
+        );
+    }
+}
+
+#[test]
+fn a_batch_without_a_leader_is_refused_whole() {
+    let mut net = super::network::Network::new(&[1, 2, 3]);
+    let r = net
+        .node(2)
+        .propose_batch(vec![b"x".to_vec(), b"y".to_vec()]);
+    assert!(r.is_err(), "no leader yet, yet the batch was taken");
+    let out = net.process_ready(2);
+    assert!(out.iter().all(|m| m.r#type() != MessageType::MsgProp));
+    assert!(net.node(2).raft.raft_log.last_index() == 0);
+}

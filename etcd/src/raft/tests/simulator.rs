@@ -333,10 +333,22 @@ impl Sim {
             .expect("live node")
     }
 
+    /// One proposal, or now and then a batch of two to four in one step (as the server's
+    /// raft loop proposes what it took in one turn).
     fn propose(&mut self, id: u64) {
-        let pid = self.next_id;
-        self.next_id += 1;
-        let _ = self.raft(id).propose(proposal(pid, id));
+        let n = if self.chance(300) {
+            2 + self.rng.below(3)
+        } else {
+            1
+        };
+        let batch: Vec<Vec<u8>> = (0..n)
+            .map(|_| {
+                let pid = self.next_id;
+                self.next_id += 1;
+                proposal(pid, id)
+            })
+            .collect();
+        let _ = self.raft(id).propose_batch(batch);
     }
 
     fn read(&mut self, id: u64) {

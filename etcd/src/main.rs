@@ -227,7 +227,7 @@ fn run(cfg: Config) -> Result<Option<i32>, String> {
     r
 }
 
-/// Worker threads of the client runtime: one core is left to the raft and apply threads
+/// Worker threads of the client runtime: one core is left to the raft thread (and a long apply)
 /// (on two cores one worker served puts and watches with 10-20% less CPU than two, which woke
 /// each other for every request), unless TOKIO_WORKER_THREADS says otherwise.
 fn client_workers() -> Option<usize> {

@@ -1,7 +1,8 @@
 // The server core under stress, on 3-member clusters of our binary: a compaction of a million
 // revisions while 64 clients write, and kill -9 of the leader again and again while it sends
 // its appends in parallel with its own fsync (no acknowledged write may be lost), linearizable
-// reads through every member at once, and the peer port of a member kept busy by clients.
+// reads through every member at once, the peer port of a member kept busy by clients, and
+// serializable reads answered while a long delete is applied.
 
 #[path = "../../common/tests/support/mod.rs"]
 mod support;
@@ -13,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use cluster_support::{Cluster, Writer, assert_all_present};
 use proto::etcdserverpb::{
-    CompactionRequest, PutRequest, RangeRequest, RequestOp, TxnRequest, kv_client::KvClient,
-    request_op,
+    CompactionRequest, DeleteRangeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest,
+    kv_client::KvClient, request_op,
 };
 
 const OURS: &str = env!("CARGO_BIN_EXE_etcd");
@@ -418,4 +419,93 @@ fn the_peer_port_answers_while_clients_keep_a_lone_member_busy() {
         "the load stopped while the peer port was asked"
     );
     assert!(w.finish().len() >= 2000);
+}
+
+/// The apply task runs light batches on a client worker but a delete of many keys in
+/// block_in_place (server/apply_weight.rs): while one is applied, serializable reads on the
+/// same member keep being answered, even by a server with one client worker (a 2-core
+/// machine's default). Reads are sent back to back for as long as the delete takes; without
+/// the hand-off they all wait out its apply and come back in one burst at its end.
+#[test]
+fn serializable_reads_are_answered_while_a_long_delete_applies() {
+    const KEYS: usize = 300_000;
+    let dir = tmp();
+    let c = Cluster::start(OURS, dir.path(), 1, false, &[]);
+    let url = c.nodes[0].client_url.clone();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async move {
+        let mut kv = KvClient::connect(url.clone()).await.expect("connect");
+        let value = vec![b'v'; 100];
+        for chunk in 0..KEYS / 128 {
+            let success = (0..128)
+                .map(|i| RequestOp {
+                    request: Some(request_op::Request::RequestPut(PutRequest {
+                        key: format!("del/{chunk:05}/{i:03}").into_bytes(),
+                        value: value.clone(),
+                        ..PutRequest::default()
+                    })),
+                })
+                .collect();
+            kv.txn(TxnRequest {
+                success,
+                ..TxnRequest::default()
+            })
+            .await
+            .expect("load txn");
+        }
+        let mut deleter = kv.clone();
+        let delete = tokio::spawn(async move {
+            let started = Instant::now();
+            let r = deleter
+                .delete_range(DeleteRangeRequest {
+                    key: b"del/".to_vec(),
+                    range_end: b"del0".to_vec(),
+                    ..DeleteRangeRequest::default()
+                })
+                .await
+                .expect("delete")
+                .into_inner();
+            (r.deleted, started.elapsed())
+        });
+        let mut reader = KvClient::connect(url).await.expect("connect");
+        let mut answered = Vec::new();
+        while !delete.is_finished() {
+            let r = reader
+                .range(RangeRequest {
+                    key: b"del/00000/000".to_vec(),
+                    serializable: true,
+                    ..RangeRequest::default()
+                })
+                .await
+                .expect("serializable range");
+            answered.push((Instant::now(), r.into_inner().count));
+        }
+        let ended = Instant::now();
+        let (deleted, took) = delete.await.expect("delete task");
+        assert_eq!(deleted, KEYS as i64 / 128 * 128);
+        // The longest stretch without an answer while the delete was on its way.
+        let mut last = ended - took;
+        let mut gap = Duration::ZERO;
+        for &(at, _) in &answered {
+            gap = gap.max(at - last);
+            last = at;
+        }
+        gap = gap.max(ended - last);
+        eprintln!(
+            "delete of {deleted} keys took {took:?}; {} reads answered meanwhile, longest gap {gap:?}",
+            answered.len()
+        );
+        assert!(
+            took >= Duration::from_millis(300),
+            "the delete took {took:?}: too short to tell a stalled reader from a served one"
+        );
+        assert!(
+            gap < took / 2,
+            "reads waited {gap:?} of the delete's {took:?}: its apply held the client worker"
+        );
+        assert!(
+            answered.iter().any(|&(_, count)| count == 1),
+            "no read saw the keys before the delete"
+        );
+    });
 }

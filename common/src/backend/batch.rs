@@ -211,6 +211,12 @@ impl Batch {
         lock(&self.inner.last_error).clone()
     }
 
+    /// Whether `more` writes would bring the pending ones to the batch limit, where the
+    /// writer that reaches it commits at once (an fdatasync of the db in its own thread).
+    pub fn commit_due(&self, more: usize) -> bool {
+        read(&self.inner.bufs).pending.ops + more >= self.inner.cfg.limit
+    }
+
     fn after_op(&self, ops: usize) -> Result<()> {
         if ops >= self.inner.cfg.limit {
             self.inner.commit()?;

@@ -1,8 +1,9 @@
-// The apply thread: applies the entries the raft thread hands it (in log order), installs the
+// The apply task: applies the entries the raft thread hands it (in log order), installs the
 // leader's snapshots, takes this member's snapshots and builds the db images sent to followers.
 //
 // Keeping this work off the raft thread is what lets raft tick and heartbeat while a large apply,
 // a backend commit or a snapshot install runs (a stalled raft thread costs the cluster its leader).
+// It runs on the client runtime; what may take long runs in block_in_place (apply_weight.rs).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -51,50 +52,77 @@ pub struct ApplyLoop {
 }
 
 impl ApplyLoop {
-    pub fn run(mut self) {
-        while let Some(task) = self.rx.blocking_recv() {
-            if self.shared.failure().is_some() {
-                // A failed member applies nothing more; raft stops on its own.
-                continue;
+    /// Runs on the client runtime. A light batch is applied right there, so the requests
+    /// it answers run next on the same worker (a thread of its own cost a wake-up per write:
+    /// raft → apply thread → client worker); anything that may take long runs in
+    /// block_in_place, which hands the worker's other tasks to another thread first.
+    pub async fn run(mut self) {
+        while let Some(task) = self.rx.recv().await {
+            if self.light(&task) {
+                self.handle(task);
+            } else {
+                tokio::task::block_in_place(|| self.handle(task));
             }
-            match task {
-                ApplyTask::Entries(entries) => {
-                    let mut last = None;
-                    // The watch dispatcher is woken once per batch, not once per write (a
-                    // long batch wakes it now and then: WatchHub::hold_wakes).
-                    let wakes = self.shared.kv.watch_hub().hold_wakes();
-                    for e in &entries {
-                        if !self.apply_entry(e) {
-                            break;
-                        }
-                        last = Some(e);
+        }
+    }
+
+    /// Whether `task` is cheap enough to run on a client worker: a batch of light entries
+    /// (apply_weight.rs) that neither reaches the backend's batch limit nor takes a snapshot.
+    fn light(&self, task: &ApplyTask) -> bool {
+        match task {
+            ApplyTask::Entries(entries) => {
+                let last = entries.last().map_or(0, |e| e.index);
+                super::apply_weight::light(entries)
+                    && last.saturating_sub(self.snapshot_index) <= self.shared.cfg.snapshot_count
+                    && !self.shared.kv.backend().commit_due(4 * entries.len())
+            }
+            ApplyTask::Barrier(_) => true,
+            ApplyTask::InstallSnapshot(_) | ApplyTask::SendSnapshot(_) => false,
+        }
+    }
+
+    fn handle(&mut self, task: ApplyTask) {
+        if self.shared.failure().is_some() {
+            // A failed member applies nothing more; raft stops on its own.
+            return;
+        }
+        match task {
+            ApplyTask::Entries(entries) => {
+                let mut last = None;
+                // The watch dispatcher is woken once per batch, not once per write (a
+                // long batch wakes it now and then: WatchHub::hold_wakes).
+                let wakes = self.shared.kv.watch_hub().hold_wakes();
+                for e in &entries {
+                    if !self.apply_entry(e) {
+                        break;
                     }
-                    drop(wakes);
-                    // Once per batch: readers waiting for the applied index are woken once.
-                    if let Some(last) = last {
-                        self.shared.set_applied_entry(last.index, last.term);
-                    }
-                    // The backend commits in the background; one that failed would keep
-                    // acknowledged writes only in the WAL for ever: stop, as etcd does
-                    // (it panics), and let a restart replay the WAL into the db.
-                    if let Some(err) = self.shared.kv.backend().last_error() {
-                        let why = format!("failed to commit the backend (db) to disk: {err}");
-                        tracing::error!(error = %err, "failed to commit the backend; stopping the server");
-                        self.shared.fail(why);
-                        continue;
-                    }
-                    self.maybe_snapshot();
+                    last = Some(e);
                 }
-                ApplyTask::InstallSnapshot(snap) => {
-                    if let Err(e) = self.install_snapshot(&snap) {
-                        tracing::error!(error = %e, "cannot install the leader's snapshot; stopping the server");
-                        self.shared.fail(e);
-                    }
+                drop(wakes);
+                // Once per batch: readers waiting for the applied index are woken once.
+                if let Some(last) = last {
+                    self.shared.set_applied_entry(last.index, last.term);
                 }
-                ApplyTask::SendSnapshot(m) => self.send_snapshot(m),
-                ApplyTask::Barrier(done) => {
-                    let _ = done.send(());
+                // The backend commits in the background; one that failed would keep
+                // acknowledged writes only in the WAL for ever: stop, as etcd does
+                // (it panics), and let a restart replay the WAL into the db.
+                if let Some(err) = self.shared.kv.backend().last_error() {
+                    let why = format!("failed to commit the backend (db) to disk: {err}");
+                    tracing::error!(error = %err, "failed to commit the backend; stopping the server");
+                    self.shared.fail(why);
+                    return;
                 }
+                self.maybe_snapshot();
+            }
+            ApplyTask::InstallSnapshot(snap) => {
+                if let Err(e) = self.install_snapshot(&snap) {
+                    tracing::error!(error = %e, "cannot install the leader's snapshot; stopping the server");
+                    self.shared.fail(e);
+                }
+            }
+            ApplyTask::SendSnapshot(m) => self.send_snapshot(m),
+            ApplyTask::Barrier(done) => {
+                let _ = done.send(());
             }
         }
     }

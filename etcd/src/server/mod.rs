@@ -4,6 +4,7 @@
 pub mod alarms;
 pub mod apply;
 pub mod apply_loop;
+pub mod apply_weight;
 pub mod bootstrap;
 pub mod cluster_version;
 pub mod compactor;
@@ -183,7 +184,8 @@ pub struct EtcdServer {
     ids: IdGen,
     /// Says when the raft loop has ended (dropped unsent then).
     raft_done: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
-    apply_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Says when the apply task has ended (dropped unsent if it panicked).
+    apply_done: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
     transport: Arc<Transport>,
 }
 
@@ -289,7 +291,11 @@ impl EtcdServer {
             snapshot_index: booted.snapshot_index,
             cluster_version: shared.cluster_version(),
         };
-        let apply_handle = spawn("apply-loop", Box::new(move || al.run()))?;
+        let (apply_done_tx, apply_done_rx) = std::sync::mpsc::channel();
+        tokio::spawn(async move {
+            al.run().await;
+            let _ = apply_done_tx.send(());
+        });
         let purge_cfg = shared.cfg.clone();
         spawn(
             "purge",
@@ -331,7 +337,7 @@ impl EtcdServer {
             inbox,
             applied_rx,
             raft_done: Mutex::new(Some(done_rx)),
-            apply_thread: Mutex::new(Some(apply_handle)),
+            apply_done: Mutex::new(Some(apply_done_rx)),
             transport,
         }))
     }
@@ -906,10 +912,10 @@ impl EtcdServer {
         }
     }
 
-    /// Stops the raft and apply threads and commits the backend (a clean shutdown).
+    /// Stops the raft thread and the apply task and commits the backend (a clean shutdown).
     pub fn stop(&self) {
         let _ = self.send(RaftMsg::Stop);
-        // The raft loop drops the apply queue when it ends; the apply thread then finishes
+        // The raft loop drops the apply queue when it ends; the apply task then finishes
         // what was queued and ends too.
         fn take<T>(m: &Mutex<Option<T>>) -> Option<T> {
             m.lock().unwrap_or_else(|e| e.into_inner()).take()
@@ -917,8 +923,8 @@ impl EtcdServer {
         if let Some(done) = take(&self.raft_done) {
             let _ = done.recv();
         }
-        if let Some(h) = take(&self.apply_thread) {
-            let _ = h.join();
+        if let Some(done) = take(&self.apply_done) {
+            let _ = done.recv();
         }
         if let Err(e) = self.shared.kv.backend().force_commit() {
             tracing::error!(error = %e, "final backend commit failed");

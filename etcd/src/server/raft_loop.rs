@@ -1,8 +1,8 @@
 // The raft thread: ticks raft, feeds it proposals, read requests and peers' messages, persists
-// each Ready to the WAL, sends its messages and hands committed entries to the apply thread.
+// each Ready to the WAL, sends its messages and hands committed entries to the apply task.
 //
 // It does only raft's own work so ticks and heartbeats stay on time: applying, snapshot
-// creation and install, and snapshot images run on the apply thread (apply_loop.rs); WAL and
+// creation and install, and snapshot images run in the apply task (apply_loop.rs); WAL and
 // snap purges on a purge thread. A leader sends its appends while it fsyncs its own copy.
 // While it waits for work, the peer transport's tasks run on its thread (raft_thread.rs).
 

@@ -430,6 +430,11 @@ impl KvStore {
         self.state.write().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Whether a reader or writer holds the index now (a write would wait for it).
+    pub fn index_busy(&self) -> bool {
+        self.state.try_write().is_err()
+    }
+
     pub fn backend(&self) -> &Arc<Batch> {
         &self.backend
     }

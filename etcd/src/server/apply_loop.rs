@@ -67,14 +67,19 @@ impl ApplyLoop {
     }
 
     /// Whether `task` is cheap enough to run on a client worker: a batch of light entries
-    /// (apply_weight.rs) that neither reaches the backend's batch limit nor takes a snapshot.
+    /// (apply_weight.rs) that neither reaches the backend's batch limit nor takes a snapshot,
+    /// while no reader holds the store's index (an unpaginated range of a million keys holds
+    /// it for long; a read that starts just after this look can still make the batch wait).
     fn light(&self, task: &ApplyTask) -> bool {
         match task {
             ApplyTask::Entries(entries) => {
+                let Some(ops) = super::apply_weight::light_ops(entries) else {
+                    return false;
+                };
                 let last = entries.last().map_or(0, |e| e.index);
-                super::apply_weight::light(entries)
-                    && last.saturating_sub(self.snapshot_index) <= self.shared.cfg.snapshot_count
-                    && !self.shared.kv.backend().commit_due(4 * entries.len())
+                last.saturating_sub(self.snapshot_index) <= self.shared.cfg.snapshot_count
+                    && !self.shared.kv.backend().commit_due(ops)
+                    && !self.shared.kv.index_busy()
             }
             ApplyTask::Barrier(_) => true,
             ApplyTask::InstallSnapshot(_) | ApplyTask::SendSnapshot(_) => false,

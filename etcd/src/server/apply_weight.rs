@@ -1,9 +1,10 @@
 // Which committed entries the apply task may apply on a client worker and which must run
 // where blocking is allowed (tokio's block_in_place), read from their encoding without decoding.
 //
-// A put, a lease grant or checkpoint, or a txn whose operations are all puts, costs
-// microseconds; a delete range, a range, a lease revoke, a compaction or an auth change
-// (bcrypt) may cost seconds and must not hold a client worker (reads would wait behind it).
+// A put, a lease grant or checkpoint, or a txn whose operations are all puts (and whose
+// compares name single keys) costs microseconds; a delete range, a range, a compare over a
+// range, a lease revoke, a compaction or an auth change (bcrypt) may cost seconds and must not
+// hold a client worker (reads would wait behind it).
 
 use prost::encoding::{WireType, decode_key, decode_varint};
 use proto::raftpb::Entry;
@@ -25,23 +26,44 @@ const TXN_COMPARE: u32 = 1;
 const TXN_SUCCESS: u32 = 2;
 const TXN_FAILURE: u32 = 3;
 const OP_PUT: u32 = 2;
+// Compare.range_end (rpc.proto).
+const CMP_RANGE_END: u32 = 64;
 
-/// Whether every entry of the batch is cheap to apply (see the module comment).
-pub fn light(entries: &[Entry]) -> bool {
-    entries.len() <= LIGHT_BATCH_ENTRIES && entries.iter().all(|e| light_entry(e.data()))
+/// The backend writes a batch of cheap entries makes at most (to tell whether it reaches the
+/// batch limit, where the writer commits at once), or None when an entry may take long.
+pub fn light_ops(entries: &[Entry]) -> Option<usize> {
+    if entries.len() > LIGHT_BATCH_ENTRIES {
+        return None;
+    }
+    entries
+        .iter()
+        .try_fold(0, |sum, e| Some(sum + light_entry_ops(e.data())?))
 }
 
-fn light_entry(data: &[u8]) -> bool {
-    data.len() <= LIGHT_ENTRY_BYTES
-        && each_field(data, |field, body| match field {
-            REQ_ID | REQ_HEADER | REQ_PUT | REQ_LEASE_GRANT | REQ_LEASE_CHECKPOINT => true,
-            REQ_TXN => each_field(body, |f, op| match f {
-                TXN_COMPARE => true,
-                TXN_SUCCESS | TXN_FAILURE => each_field(op, |o, _| o == OP_PUT),
-                _ => false,
-            }),
+fn light_entry_ops(data: &[u8]) -> Option<usize> {
+    if data.len() > LIGHT_ENTRY_BYTES {
+        return None;
+    }
+    // Each applied entry also writes the consistent index and term.
+    let mut ops = 2;
+    let light = each_field(data, |field, body| match field {
+        REQ_ID | REQ_HEADER => true,
+        REQ_PUT | REQ_LEASE_GRANT | REQ_LEASE_CHECKPOINT => {
+            ops += 1;
+            true
+        }
+        REQ_TXN => each_field(body, |f, part| match f {
+            // A compare over a range reads the whole range.
+            TXN_COMPARE => each_field(part, |c, _| c != CMP_RANGE_END),
+            TXN_SUCCESS | TXN_FAILURE => {
+                ops += 1;
+                each_field(part, |o, _| o == OP_PUT)
+            }
             _ => false,
-        })
+        }),
+        _ => false,
+    });
+    light.then_some(ops)
 }
 
 /// Calls `f` with each top-level field's number and, for a length-delimited one, its bytes
@@ -146,7 +168,7 @@ mod tests {
             // The leader's empty entry of a new term.
             Entry::default(),
         ];
-        assert!(light(&batch));
+        assert_eq!(light_ops(&batch), Some(2 + 1 + 2 + 1 + 2 + 2 + 2));
     }
 
     #[test]
@@ -174,6 +196,18 @@ mod tests {
             },
             InternalRaftRequest {
                 txn: Some(TxnRequest {
+                    compare: vec![Compare {
+                        key: b"a".to_vec(),
+                        range_end: b"z".to_vec(),
+                        ..Compare::default()
+                    }],
+                    success: vec![op(request_op::Request::RequestPut(put(b"a")))],
+                    ..TxnRequest::default()
+                }),
+                ..InternalRaftRequest::default()
+            },
+            InternalRaftRequest {
+                txn: Some(TxnRequest {
                     failure: vec![op(request_op::Request::RequestRange(
                         RangeRequest::default(),
                     ))],
@@ -183,13 +217,17 @@ mod tests {
             },
         ];
         for r in heavy {
-            assert!(!light(&[entry(r.clone())]), "{r:?} was taken as light");
+            assert_eq!(
+                light_ops(&[entry(r.clone())]),
+                None,
+                "{r:?} was taken as light"
+            );
         }
         let p = entry(InternalRaftRequest {
             put: Some(put(b"k")),
             ..InternalRaftRequest::default()
         });
-        assert!(!light(&vec![p; LIGHT_BATCH_ENTRIES + 1]));
+        assert_eq!(light_ops(&vec![p; LIGHT_BATCH_ENTRIES + 1]), None);
         let big = entry(InternalRaftRequest {
             put: Some(PutRequest {
                 key: b"k".to_vec(),
@@ -198,12 +236,12 @@ mod tests {
             }),
             ..InternalRaftRequest::default()
         });
-        assert!(!light(&[big]));
+        assert_eq!(light_ops(&[big]), None);
         // Bytes that are no protobuf at all go where blocking is allowed too.
         let junk = Entry {
             data: Some(vec![0xff; 12]),
             ..Entry::default()
         };
-        assert!(!light(&[junk]));
+        assert_eq!(light_ops(&[junk]), None);
     }
 }

@@ -46,6 +46,7 @@ const WARN_SYNC_DURATION: Duration = Duration::from_secs(1);
 /// crosses into it. The file's contents are the same either way (unwritten blocks read as
 /// zeros), so etcd and our readers see no difference.
 const ZERO_AHEAD: u64 = 256 * 1024;
+static ZEROS: [u8; ZERO_AHEAD as usize] = [0; ZERO_AHEAD as usize];
 
 /// walpb.Record.type values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -203,8 +204,6 @@ pub struct Wal {
     tail_off: u64,
     /// The tail segment is written (records or zeros) up to here: see ZERO_AHEAD.
     zeroed_to: u64,
-    /// ZERO_AHEAD zero bytes, made on first use.
-    zeros: Vec<u8>,
     pipeline: Option<pipeline::Pipeline>,
     read_only: bool,
     opts: WalOptions,
@@ -272,7 +271,6 @@ impl Wal {
             encoder: Some(Encoder::new(0)),
             tail_off: 0,
             zeroed_to: 0,
-            zeros: Vec::new(),
             pipeline: None,
             read_only: false,
             opts,
@@ -364,7 +362,6 @@ impl Wal {
             encoder: None,
             tail_off: 0,
             zeroed_to: 0,
-            zeros: Vec::new(),
             pipeline: None,
             read_only: !write,
             opts,
@@ -545,11 +542,8 @@ impl Wal {
             // Zeros first, past the records: both land in the page cache and are written
             // out by the same fdatasync.
             let to = (end + ZERO_AHEAD).min(self.opts.segment_size);
-            if self.zeros.is_empty() {
-                self.zeros = vec![0; ZERO_AHEAD as usize];
-            }
             tail.file()
-                .write_all_at(&self.zeros[..(to - end) as usize], end)
+                .write_all_at(&ZEROS[..(to - end) as usize], end)
                 .map_err(fileutil::io_err("write", tail.path()))?;
             self.zeroed_to = to;
         }

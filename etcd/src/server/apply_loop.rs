@@ -77,7 +77,7 @@ impl ApplyLoop {
                     return false;
                 };
                 let last = entries.last().map_or(0, |e| e.index);
-                last.saturating_sub(self.snapshot_index) <= self.shared.cfg.snapshot_count
+                !self.snapshot_due(last)
                     && !self.shared.kv.backend().commit_due(ops)
                     && !self.shared.kv.index_busy()
             }
@@ -221,9 +221,14 @@ impl ApplyLoop {
     /// Takes a snapshot every --snapshot-count applied entries: the backend is committed
     /// first (the snapshot promises the db holds everything up to it), then the .snap file is
     /// written here; the raft thread records the WAL marker and compacts its log.
+    /// Whether applying up to `index` calls for a snapshot (every --snapshot-count entries).
+    fn snapshot_due(&self, index: u64) -> bool {
+        index.saturating_sub(self.snapshot_index) > self.shared.cfg.snapshot_count
+    }
+
     fn maybe_snapshot(&mut self) {
         let (index, term) = self.shared.applied_entry();
-        if index.saturating_sub(self.snapshot_index) <= self.shared.cfg.snapshot_count {
+        if !self.snapshot_due(index) {
             return;
         }
         if let Err(e) = self.shared.kv.backend().force_commit() {

@@ -71,21 +71,24 @@ impl ProposalBatch {
         if self.ids.is_empty() {
             return;
         }
+        let ids = std::mem::take(&mut self.ids);
         let data = std::mem::take(&mut self.data);
         self.bytes = 0;
         if leader_gone || node.propose_batch(data).is_err() {
-            for id in self.ids.drain(..) {
-                shared.wait.trigger(
-                    id,
-                    apply::Outcome {
-                        result: Err(error::NO_LEADER),
-                        revision: 0,
-                    },
-                );
-            }
+            ids.into_iter().for_each(|id| refuse(shared, id));
         }
-        self.ids.clear();
     }
+}
+
+/// Answers the waiter of a proposal raft did not take.
+fn refuse(shared: &Shared, id: u64) {
+    shared.wait.trigger(
+        id,
+        apply::Outcome {
+            result: Err(error::NO_LEADER),
+            revision: 0,
+        },
+    );
 }
 
 /// Work handed to the raft loop.
@@ -205,13 +208,7 @@ impl RaftLoop {
                     }
                     RaftMsg::ProposeConfChange(cc) => {
                         if leader_gone || self.node.propose_conf_change(&cc).is_err() {
-                            self.shared.wait.trigger(
-                                cc.id,
-                                apply::Outcome {
-                                    result: Err(error::NO_LEADER),
-                                    revision: 0,
-                                },
-                            );
+                            refuse(&self.shared, cc.id);
                         }
                     }
                     RaftMsg::ReadIndex(tx, _slot) => waiting_reads.push(tx),
